@@ -1,0 +1,125 @@
+# Shepherd — make help lists the targets.
+
+# Images.
+IMG ?= shepherd-manager:latest
+RUNNER_IMG ?= shepherd-runner:latest
+
+# Pinned tools, installed into ./bin from the Go module proxy on first use.
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+GOLANGCI_LINT_VERSION ?= v2.15.0
+LOCALBIN ?= $(CURDIR)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+# Kubernetes binaries (kube-apiserver, etcd, kubectl, ...) are built from the Go module proxy
+# and cached outside the repository by hack/kube-binaries.sh; see docs/operations.md.
+KUBE_BINARIES := $(CURDIR)/hack/kube-binaries.sh
+
+# Packages `make test` runs: everything except the e2e suite, which needs a real cluster.
+TEST_PKGS = $(shell go list ./... | grep -v /test/e2e)
+GO_TEST_FLAGS ?=
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the manager's ClusterRole.
+	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths="./internal/controller/..." output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## go fmt.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## go vet.
+	go vet ./...
+
+.PHONY: tidy
+tidy: ## go mod tidy.
+	go mod tidy
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: lint-fix
+lint-fix: $(GOLANGCI_LINT) ## Run golangci-lint and apply its fixes.
+	$(GOLANGCI_LINT) run --fix ./...
+
+.PHONY: verify
+verify: generate manifests fmt vet tidy ## Fail when generate/manifests/fmt/vet/tidy leave a diff.
+	@if [ -n "$$(git status --porcelain -- . ':!bin')" ]; then \
+	  echo "verify: the tree is not clean after generate/manifests/fmt/tidy; commit these changes:"; \
+	  git status --porcelain -- . ':!bin'; git --no-pager diff --stat; exit 1; \
+	fi
+
+.PHONY: envtest-assets
+envtest-assets: ## Build (once) and print the envtest assets directory (etcd, kube-apiserver, kubectl).
+	@$(KUBE_BINARIES) envtest
+
+.PHONY: test
+test: manifests generate ## Run unit, envtest and integration tests (not e2e).
+	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go test -race $(GO_TEST_FLAGS) $(TEST_PKGS)
+
+##@ Build
+
+.PHONY: build
+build: generate ## Build the manager and runner binaries into ./bin.
+	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/manager ./cmd/manager
+	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/runner ./cmd/runner
+
+.PHONY: run
+run: manifests generate ## Run the manager on this machine against the current kubeconfig.
+	go run ./cmd/manager --metrics-bind-address=:8080 --health-probe-bind-address=:8081
+
+.PHONY: docker-build
+docker-build: ## Build the manager image with a Docker engine (the production recipe).
+	docker build --target manager -t $(IMG) .
+	docker build --target runner -t $(RUNNER_IMG) .
+
+##@ Deployment
+
+.PHONY: install
+install: manifests ## Install the CRDs into the cluster of the current kubeconfig.
+	"$$($(KUBE_BINARIES) kubectl)/kubectl" apply --server-side -k config/crd
+
+.PHONY: uninstall
+uninstall: manifests ## Remove the CRDs (and every Shepherd object) from the cluster.
+	"$$($(KUBE_BINARIES) kubectl)/kubectl" delete --ignore-not-found -k config/crd
+
+.PHONY: deploy
+deploy: manifests ## Deploy the manager (config/default) with image $(IMG).
+	hack/deploy.sh "$(IMG)"
+
+.PHONY: undeploy
+undeploy: ## Remove the manager and the CRDs.
+	"$$($(KUBE_BINARIES) kubectl)/kubectl" delete --ignore-not-found -k config/default
+
+##@ Tools
+
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+$(CONTROLLER_GEN): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) GOFLAGS= go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+	mv $(LOCALBIN)/controller-gen $(CONTROLLER_GEN)
+
+$(GOLANGCI_LINT): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) GOFLAGS= go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(LOCALBIN)/golangci-lint $(GOLANGCI_LINT)

@@ -1,0 +1,583 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SessionState is the desired state of the agent.
+// +kubebuilder:validation:Enum=Running;Stopped
+type SessionState string
+
+const (
+	// SessionRunning runs (or restores and resumes) the agent.
+	SessionRunning SessionState = "Running"
+	// SessionStopped removes the agent pod and keeps the worktree and the conversation.
+	SessionStopped SessionState = "Stopped"
+)
+
+// AgentSessionSpec is one agent on one task.
+// +kubebuilder:validation:XValidation:rule=`has(self.issue) != has(self.prompt)`,message="set exactly one of spec.issue or spec.prompt"
+// +kubebuilder:validation:XValidation:rule=`!(has(self.worktreeRef) && has(self.worktree))`,message="set at most one of spec.worktreeRef (reuse a Worktree) or spec.worktree (a template for the session's own)"
+// +kubebuilder:validation:XValidation:rule=`has(oldSelf.issue) == has(self.issue) && (!has(self.issue) || self.issue == oldSelf.issue)`,message="spec.issue is immutable; create a new AgentSession for another issue"
+// +kubebuilder:validation:XValidation:rule=`has(oldSelf.prompt) == has(self.prompt) && (!has(self.prompt) || self.prompt == oldSelf.prompt)`,message="spec.prompt is immutable; send follow-ups through spec.messages"
+// +kubebuilder:validation:XValidation:rule=`has(oldSelf.worktreeRef) == has(self.worktreeRef) && (!has(self.worktreeRef) || self.worktreeRef == oldSelf.worktreeRef)`,message="spec.worktreeRef is immutable"
+// +kubebuilder:validation:XValidation:rule=`has(oldSelf.worktree) == has(self.worktree) && (!has(self.worktree) || self.worktree == oldSelf.worktree)`,message="spec.worktree is immutable"
+type AgentSessionSpec struct {
+	// ProjectRef names the Project the session works on. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule=`self == oldSelf`,message="spec.projectRef is immutable; create a new AgentSession for another Project"
+	ProjectRef LocalObjectReference `json:"projectRef"`
+
+	// Issue is the tracker issue to work on: a number ("42" or "#42") for GitHub and Gitea, or a
+	// key ("ENG-123") for Linear. Exactly one of issue or prompt.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^(#?[1-9][0-9]{0,9}|[A-Z][A-Z0-9]{0,15}-[1-9][0-9]{0,9})$')`,message="issue must be an issue number such as 42 or #42, or a tracker key such as ENG-123"
+	Issue string `json:"issue,omitempty"`
+
+	// Prompt is the task in words. Exactly one of issue or prompt.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32768
+	Prompt string `json:"prompt,omitempty"`
+
+	// Title of the pull request when the task is a prompt. Defaults to the first line of the
+	// prompt; for an issue, the issue's title.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Title string `json:"title,omitempty"`
+
+	// Agent overrides the Project's agent defaults for this session.
+	// +optional
+	Agent *AgentSpec `json:"agent,omitempty"`
+
+	// WorktreeRef reuses an existing Worktree; several sessions may share one. Immutable.
+	// +optional
+	WorktreeRef *LocalObjectReference `json:"worktreeRef,omitempty"`
+
+	// Worktree is the template of the Worktree this session creates and owns, when worktreeRef is
+	// not set. Every field is optional: the branch defaults to one derived from the issue or the
+	// session name. Immutable.
+	// +optional
+	Worktree *WorktreeTemplate `json:"worktree,omitempty"`
+
+	// Messages are follow-ups from humans, delivered to the agent once each, in order, as new
+	// turns of the same conversation. Append new ones with a new id.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=100
+	Messages []Message `json:"messages,omitempty"`
+
+	// State: Running (default) or Stopped. Stopped removes the pod and keeps the worktree;
+	// Running again restores the checkout and resumes the agent's conversation.
+	// +optional
+	// +kubebuilder:default=Running
+	State SessionState `json:"state,omitempty"`
+}
+
+// WorktreeTemplate describes the Worktree a session creates for itself.
+type WorktreeTemplate struct {
+	// Branch to work on. Defaults to <branchPrefix><issue>-<slug of the title> for an issue, or
+	// <branchPrefix><session name> for a prompt.
+	// +optional
+	Branch BranchName `json:"branch,omitempty"`
+
+	// Base the branch starts from. Defaults to the Project's default branch.
+	// +optional
+	Base GitRef `json:"base,omitempty"`
+
+	// Mode: Worktree or Clone. Defaults to the Project's workspace mode.
+	// +optional
+	Mode WorkspaceMode `json:"mode,omitempty"`
+
+	// Adopt takes over the branch if it already exists on the remote.
+	// +optional
+	Adopt bool `json:"adopt,omitempty"`
+
+	// Storage overrides the Project's workspace storage.
+	// +optional
+	Storage *StorageSpec `json:"storage,omitempty"`
+}
+
+// Message is one follow-up for the agent.
+// +kubebuilder:validation:XValidation:rule=`self.text == oldSelf.text`,message="a message's text cannot change once added; add a new message with a new id"
+type Message struct {
+	// ID identifies the message; status.messages.delivered lists the ids already delivered.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	ID string `json:"id"`
+
+	// Text sent to the agent, unchanged.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	Text string `json:"text"`
+
+	// From names the human who wrote it, for the record.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	From string `json:"from,omitempty"`
+}
+
+// SessionPhase is where a session is in its lifecycle (docs/lifecycle.md has the diagram).
+// +kubebuilder:validation:Enum=Queued;Spawning;Working;PROpen;CIFailed;ReviewPending;ChangesRequested;Approved;Mergeable;Merged;NeedsInput;Stuck;Errored;Stopped;Done
+type SessionPhase string
+
+// The session phases. Merged, Done and Errored are terminal; Stopped is terminal until the
+// session is set Running again.
+const (
+	PhaseQueued           SessionPhase = "Queued"
+	PhaseSpawning         SessionPhase = "Spawning"
+	PhaseWorking          SessionPhase = "Working"
+	PhasePROpen           SessionPhase = "PROpen"
+	PhaseCIFailed         SessionPhase = "CIFailed"
+	PhaseReviewPending    SessionPhase = "ReviewPending"
+	PhaseChangesRequested SessionPhase = "ChangesRequested"
+	PhaseApproved         SessionPhase = "Approved"
+	PhaseMergeable        SessionPhase = "Mergeable"
+	PhaseMerged           SessionPhase = "Merged"
+	PhaseNeedsInput       SessionPhase = "NeedsInput"
+	PhaseStuck            SessionPhase = "Stuck"
+	PhaseErrored          SessionPhase = "Errored"
+	PhaseStopped          SessionPhase = "Stopped"
+	PhaseDone             SessionPhase = "Done"
+)
+
+// IsTerminal reports whether the phase ends the session (Stopped ends it until restored).
+func (p SessionPhase) IsTerminal() bool {
+	switch p {
+	case PhaseMerged, PhaseDone, PhaseErrored, PhaseStopped:
+		return true
+	}
+	return false
+}
+
+// PullRequestState is the state of a pull request on the forge.
+// +kubebuilder:validation:Enum=Open;Closed;Merged
+type PullRequestState string
+
+const (
+	PullRequestOpen   PullRequestState = "Open"
+	PullRequestClosed PullRequestState = "Closed"
+	PullRequestMerged PullRequestState = "Merged"
+)
+
+// ChecksState summarises a pull request's checks on its head commit.
+// +kubebuilder:validation:Enum=Passing;Failing;Pending;None
+type ChecksState string
+
+const (
+	ChecksPassing ChecksState = "Passing"
+	ChecksFailing ChecksState = "Failing"
+	ChecksPending ChecksState = "Pending"
+	ChecksNone    ChecksState = "None"
+)
+
+// ReviewDecision summarises the reviews of a pull request.
+// +kubebuilder:validation:Enum=Approved;ChangesRequested;ReviewRequired;None
+type ReviewDecision string
+
+const (
+	ReviewApproved         ReviewDecision = "Approved"
+	ReviewChangesRequested ReviewDecision = "ChangesRequested"
+	ReviewRequired         ReviewDecision = "ReviewRequired"
+	ReviewNone             ReviewDecision = "None"
+)
+
+// MergeState is the forge's view of whether the pull request can merge.
+// +kubebuilder:validation:Enum=Clean;Behind;Blocked;Dirty;Unstable;Draft;Unknown
+type MergeState string
+
+const (
+	MergeStateClean    MergeState = "Clean"
+	MergeStateBehind   MergeState = "Behind"
+	MergeStateBlocked  MergeState = "Blocked"
+	MergeStateDirty    MergeState = "Dirty"
+	MergeStateUnstable MergeState = "Unstable"
+	MergeStateDraft    MergeState = "Draft"
+	MergeStateUnknown  MergeState = "Unknown"
+)
+
+// CheckRef names one failed check.
+type CheckRef struct {
+	// Name of the check or status context.
+	// +required
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+	// URL of the check's details.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url,omitempty"`
+}
+
+// PullRequestStatus is the session's pull request as last read from the forge.
+type PullRequestStatus struct {
+	// Number of the pull request.
+	// +required
+	Number int64 `json:"number"`
+	// URL of the pull request.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url,omitempty"`
+	// State: Open, Closed or Merged.
+	// +optional
+	State PullRequestState `json:"state,omitempty"`
+	// Draft is true for a draft pull request.
+	// +optional
+	Draft bool `json:"draft,omitempty"`
+	// HeadSHA is the pull request's head commit.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	HeadSHA string `json:"headSHA,omitempty"`
+	// BaseBranch the pull request merges into.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	BaseBranch string `json:"baseBranch,omitempty"`
+	// Checks on the head commit.
+	// +optional
+	Checks ChecksState `json:"checks,omitempty"`
+	// ChecksSummary, for example "4/5 passed, 1 failed".
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	ChecksSummary string `json:"checksSummary,omitempty"`
+	// FailedChecks names the failing checks.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	FailedChecks []CheckRef `json:"failedChecks,omitempty"`
+	// ReviewDecision of the pull request.
+	// +optional
+	ReviewDecision ReviewDecision `json:"reviewDecision,omitempty"`
+	// UnresolvedThreads counts review threads not yet resolved.
+	// +optional
+	UnresolvedThreads int32 `json:"unresolvedThreads,omitempty"`
+	// MergeState as the forge reports it.
+	// +optional
+	MergeState MergeState `json:"mergeState,omitempty"`
+	// MergeCommitSHA is the merge commit once merged.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	MergeCommitSHA string `json:"mergeCommitSHA,omitempty"`
+	// LastSyncTime is when this was read from the forge.
+	// +optional
+	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+}
+
+// ActivityState is what the agent is doing, as the runner reports it.
+// +kubebuilder:validation:Enum=Active;Ready;Idle;WaitingForInput;Blocked;Exited
+type ActivityState string
+
+const (
+	// ActivityActive: the agent is working on a turn.
+	ActivityActive ActivityState = "Active"
+	// ActivityReady: the agent finished its turn and waits for the next message.
+	ActivityReady ActivityState = "Ready"
+	// ActivityIdle: no activity for longer than activity.idleAfter.
+	ActivityIdle ActivityState = "Idle"
+	// ActivityWaitingForInput: the agent asked a question only a human can answer.
+	ActivityWaitingForInput ActivityState = "WaitingForInput"
+	// ActivityBlocked: the agent cannot go on (an API error it keeps retrying, a refused permission).
+	ActivityBlocked ActivityState = "Blocked"
+	// ActivityExited: the agent process ended.
+	ActivityExited ActivityState = "Exited"
+)
+
+// ActivityStatus is the agent's activity as last reported by the runner.
+type ActivityStatus struct {
+	// State of the agent.
+	// +optional
+	State ActivityState `json:"state,omitempty"`
+	// LastActivityTime is when the agent last did something.
+	// +optional
+	LastActivityTime *metav1.Time `json:"lastActivityTime,omitempty"`
+	// Question the agent asked, when waiting for input.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Question string `json:"question,omitempty"`
+	// ExitCode of the agent process, once exited.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// Message is the last error or the last lines of output on exit.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
+// AgentStatus is the agent in effect and its own conversation id.
+type AgentStatus struct {
+	// Type of agent in effect.
+	// +optional
+	Type AgentType `json:"type,omitempty"`
+	// Image in effect.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+	// Model in effect, as the agent reported it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Model string `json:"model,omitempty"`
+	// SessionID is the agent's own conversation id, used to resume it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	SessionID string `json:"sessionID,omitempty"`
+}
+
+// UsageStatus is what the agent has spent, from its own output.
+type UsageStatus struct {
+	// CostUSD is the total cost in US dollars, as a decimal string.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	CostUSD string `json:"costUSD,omitempty"`
+	// InputTokens consumed.
+	// +optional
+	InputTokens int64 `json:"inputTokens,omitempty"`
+	// OutputTokens produced.
+	// +optional
+	OutputTokens int64 `json:"outputTokens,omitempty"`
+	// CacheReadTokens read from the prompt cache.
+	// +optional
+	CacheReadTokens int64 `json:"cacheReadTokens,omitempty"`
+	// Turns counts completed agent turns.
+	// +optional
+	Turns int32 `json:"turns,omitempty"`
+}
+
+// ReactionTrigger names a condition a reaction responds to.
+// +kubebuilder:validation:Enum=ciFailed;changesRequested;mergeConflicts;approvedAndGreen;stuck;needsInput;exited
+type ReactionTrigger string
+
+const (
+	TriggerCIFailed         ReactionTrigger = "ciFailed"
+	TriggerChangesRequested ReactionTrigger = "changesRequested"
+	TriggerMergeConflicts   ReactionTrigger = "mergeConflicts"
+	TriggerApprovedAndGreen ReactionTrigger = "approvedAndGreen"
+	TriggerStuck            ReactionTrigger = "stuck"
+	TriggerNeedsInput       ReactionTrigger = "needsInput"
+	TriggerExited           ReactionTrigger = "exited"
+)
+
+// ReactionStatus is the persisted bookkeeping of one trigger, so that a manager restart never
+// resets attempts or repeats an action.
+type ReactionStatus struct {
+	// Trigger this entry counts.
+	// +required
+	Trigger ReactionTrigger `json:"trigger"`
+	// Episode identifies the current failure episode (for example the first failing head commit);
+	// attempts count within it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Episode string `json:"episode,omitempty"`
+	// EpisodeStartTime is when the episode began.
+	// +optional
+	EpisodeStartTime *metav1.Time `json:"episodeStartTime,omitempty"`
+	// Attempts made in this episode.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// LastAttemptKey identifies what the last attempt answered (a head commit, a fingerprint of
+	// review threads), so the same evidence never triggers twice.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	LastAttemptKey string `json:"lastAttemptKey,omitempty"`
+	// LastAttemptTime is when the action last ran.
+	// +optional
+	LastAttemptTime *metav1.Time `json:"lastAttemptTime,omitempty"`
+	// Escalated is true once the episode was escalated to a human.
+	// +optional
+	Escalated bool `json:"escalated,omitempty"`
+}
+
+// MessageSource says where a message to the agent came from.
+// +kubebuilder:validation:Enum=User;Reaction
+type MessageSource string
+
+const (
+	MessageFromUser     MessageSource = "User"
+	MessageFromReaction MessageSource = "Reaction"
+)
+
+// OutboxMessage is a message waiting to be delivered to the agent. Reaction messages carry their
+// text here so that delivery survives a manager restart; user messages point at spec.messages.
+type OutboxMessage struct {
+	// ID of the message: the spec message's id, or one derived from the reaction and its attempt.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	ID string `json:"id"`
+	// Source of the message.
+	// +required
+	Source MessageSource `json:"source"`
+	// Trigger of a reaction message.
+	// +optional
+	Trigger ReactionTrigger `json:"trigger,omitempty"`
+	// Text of a reaction message.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	Text string `json:"text,omitempty"`
+	// CreatedTime is when the message was queued.
+	// +optional
+	CreatedTime *metav1.Time `json:"createdTime,omitempty"`
+}
+
+// MessagesStatus tracks delivery of messages to the agent.
+type MessagesStatus struct {
+	// Pending messages, oldest first.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=32
+	Pending []OutboxMessage `json:"pending,omitempty"`
+	// Delivered ids, oldest first.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=128
+	Delivered []string `json:"delivered,omitempty"`
+}
+
+// GraceStatus tracks a missing or contradictory signal, so that one lost observation never
+// declares the agent gone.
+type GraceStatus struct {
+	// Signal that is missing, for example "pod" or "runner".
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Signal string `json:"signal,omitempty"`
+	// Since is when the signal was first seen missing.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// Observations counts consecutive observations with the signal missing.
+	// +optional
+	Observations int32 `json:"observations,omitempty"`
+}
+
+// AgentSessionStatus is what the AgentSession controller observed and decided.
+type AgentSessionStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase of the session.
+	// +optional
+	Phase SessionPhase `json:"phase,omitempty"`
+
+	// PhaseTransitionTime is when the phase last changed.
+	// +optional
+	PhaseTransitionTime *metav1.Time `json:"phaseTransitionTime,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled, WorkspaceReady, AgentRunning, PullRequestOpen,
+	// ChecksPassing, ReviewApproved, Mergeable, NeedsAttention.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Agent in effect and its conversation id.
+	// +optional
+	Agent AgentStatus `json:"agent,omitempty"`
+
+	// Branch the session works on.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	Branch string `json:"branch,omitempty"`
+
+	// WorktreeName is the Worktree in use.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	WorktreeName string `json:"worktreeName,omitempty"`
+
+	// PodName is the agent pod.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PodName string `json:"podName,omitempty"`
+
+	// PullRequest as last read from the forge.
+	// +optional
+	PullRequest *PullRequestStatus `json:"pullRequest,omitempty"`
+
+	// Activity of the agent.
+	// +optional
+	Activity *ActivityStatus `json:"activity,omitempty"`
+
+	// Summary of the work, from the agent.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Summary string `json:"summary,omitempty"`
+
+	// Usage: cost and tokens, from the agent's own output.
+	// +optional
+	Usage *UsageStatus `json:"usage,omitempty"`
+
+	// Reactions is the persisted bookkeeping of each trigger.
+	// +optional
+	// +listType=map
+	// +listMapKey=trigger
+	// +kubebuilder:validation:MaxItems=7
+	Reactions []ReactionStatus `json:"reactions,omitempty"`
+
+	// Messages tracks delivery of messages to the agent.
+	// +optional
+	Messages MessagesStatus `json:"messages,omitempty"`
+
+	// Grace tracks a missing signal during its grace period.
+	// +optional
+	Grace *GraceStatus `json:"grace,omitempty"`
+
+	// Restores counts how many times the agent pod was recreated (restore after stop, pod lost).
+	// +optional
+	Restores int32 `json:"restores,omitempty"`
+
+	// AdmittedTime is when the session left the queue.
+	// +optional
+	AdmittedTime *metav1.Time `json:"admittedTime,omitempty"`
+
+	// StartTime is when the agent first ran.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// CompletionTime is when the session reached a terminal phase.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// AgentSession is one agent on one task, from spawn to merge.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=as;session,categories=shepherd
+// +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.projectRef.name`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agent.type`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="PR",type=integer,JSONPath=`.status.pullRequest.number`
+// +kubebuilder:printcolumn:name="CI",type=string,JSONPath=`.status.pullRequest.checks`
+// +kubebuilder:printcolumn:name="Review",type=string,JSONPath=`.status.pullRequest.reviewDecision`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Branch",type=string,JSONPath=`.status.branch`,priority=1
+// +kubebuilder:printcolumn:name="Activity",type=string,JSONPath=`.status.activity.state`,priority=1
+// +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.usage.costUSD`,priority=1
+type AgentSession struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the task.
+	// +required
+	Spec AgentSessionSpec `json:"spec"`
+
+	// Status is what the controller observed and decided.
+	// +optional
+	Status AgentSessionStatus `json:"status,omitempty"`
+}
+
+// AgentSessionList is a list of AgentSessions.
+//
+// +kubebuilder:object:root=true
+type AgentSessionList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AgentSession `json:"items"`
+}

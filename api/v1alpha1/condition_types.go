@@ -1,0 +1,178 @@
+package v1alpha1
+
+// Condition types. Ready is normal-true (True is good). Reconciling and Stalled are
+// abnormal-true and are present only while true, as kstatus expects, so `kubectl wait
+// --for=condition=Ready`, Argo CD and Flux read Shepherd objects without plugins.
+const (
+	// ConditionReady: the object is in the state its spec asks for.
+	ConditionReady = "Ready"
+	// ConditionReconciling: the controller is working towards the spec (present only when True).
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled: progress needs a human; the message says what to fix (present only when
+	// True).
+	ConditionStalled = "Stalled"
+
+	// ConditionRepositoryReachable (Project): the repository answered with the configured
+	// credentials.
+	ConditionRepositoryReachable = "RepositoryReachable"
+	// ConditionCredentialsValid (Project): the referenced Secrets exist, hold their keys, and the
+	// forge accepts the token.
+	ConditionCredentialsValid = "CredentialsValid"
+	// ConditionMirrorReady (Project): the repository mirror used by worktree mode is current.
+	ConditionMirrorReady = "MirrorReady"
+	// ConditionNotificationsDelivering (Project): every notification route delivers.
+	ConditionNotificationsDelivering = "NotificationsDelivering"
+
+	// ConditionSetupSucceeded (Worktree): the setup commands succeeded. False leaves the checkout
+	// Ready and usable.
+	ConditionSetupSucceeded = "SetupSucceeded"
+	// ConditionDeletionBlocked (Worktree): deletion waits because a session is bound or commits are
+	// unpushed (present only when True).
+	ConditionDeletionBlocked = "DeletionBlocked"
+
+	// ConditionWorkspaceReady (AgentSession): the session's Worktree is Ready.
+	ConditionWorkspaceReady = "WorkspaceReady"
+	// ConditionAgentRunning (AgentSession): the agent process runs in its pod.
+	ConditionAgentRunning = "AgentRunning"
+	// ConditionPullRequestOpen (AgentSession): the session's pull request is open.
+	ConditionPullRequestOpen = "PullRequestOpen"
+	// ConditionChecksPassing (AgentSession): every check on the head commit passed.
+	ConditionChecksPassing = "ChecksPassing"
+	// ConditionReviewApproved (AgentSession): the pull request is approved.
+	ConditionReviewApproved = "ReviewApproved"
+	// ConditionMergeable (AgentSession): the forge would merge the pull request now.
+	ConditionMergeable = "Mergeable"
+	// ConditionNeedsAttention (AgentSession): a human's judgment is needed; the message says why.
+	ConditionNeedsAttention = "NeedsAttention"
+)
+
+// Condition reasons shared by all kinds. Reasons are CamelCase and double as event reasons.
+const (
+	// ReasonSucceeded: the last reconcile reached the desired state.
+	ReasonSucceeded = "Succeeded"
+	// ReasonProgressing: the controller is working towards the desired state.
+	ReasonProgressing = "Progressing"
+	// ReasonReconcileError: a transient error; the controller retries with back-off.
+	ReasonReconcileError = "ReconcileError"
+	// ReasonInvalidSpec: the spec cannot be acted on; the message says what to fix.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonProjectNotFound: the referenced Project does not exist.
+	ReasonProjectNotFound = "ProjectNotFound"
+	// ReasonProjectNotReady: the referenced Project is not Ready.
+	ReasonProjectNotReady = "ProjectNotReady"
+	// ReasonSecretNotFound: a referenced Secret does not exist.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretKeyNotFound: a referenced Secret lacks the named key.
+	ReasonSecretKeyNotFound = "SecretKeyNotFound"
+	// ReasonTokenRejected: the forge refused the credentials.
+	ReasonTokenRejected = "TokenRejected"
+	// ReasonRepositoryNotFound: the forge or git says the repository does not exist.
+	ReasonRepositoryNotFound = "RepositoryNotFound"
+	// ReasonForgeUnavailable: the forge answered with errors or not at all; retried.
+	ReasonForgeUnavailable = "ForgeUnavailable"
+	// ReasonRateLimited: the forge's rate limit was reached; retried after its reset.
+	ReasonRateLimited = "RateLimited"
+)
+
+// Project reasons.
+const (
+	ReasonMirrorFetching    = "MirrorFetching"
+	ReasonMirrorFetchFailed = "MirrorFetchFailed"
+	ReasonMirrorNotNeeded   = "MirrorNotNeeded"
+	ReasonNotifierFailing   = "NotifierFailing"
+)
+
+// Worktree reasons.
+const (
+	ReasonCheckoutPending    = "CheckoutPending"
+	ReasonCheckoutFailed     = "CheckoutFailed"
+	ReasonCheckoutMissing    = "CheckoutMissing"
+	ReasonCheckoutRemoving   = "CheckoutRemoving"
+	ReasonCheckoutRemoved    = "CheckoutRemoved"
+	ReasonSetupPending       = "SetupPending"
+	ReasonSetupRunning       = "SetupRunning"
+	ReasonSetupFailed        = "SetupFailed"
+	ReasonSessionBound       = "SessionBound"
+	ReasonUnpushedCommits    = "UnpushedCommits"
+	ReasonBranchExists       = "BranchExists"
+	ReasonForceDeleteAllowed = "ForceDeleteAllowed"
+)
+
+// AgentSession reasons. The lifecycle engine (internal/lifecycle) chooses them; each phase's
+// reason is named after the phase.
+const (
+	ReasonQueued             = "Queued"
+	ReasonAdmitted           = "Admitted"
+	ReasonWorkspacePending   = "WorkspacePending"
+	ReasonWorktreeNotFound   = "WorktreeNotFound"
+	ReasonPodPending         = "PodPending"
+	ReasonPodFailed          = "PodFailed"
+	ReasonPodMissing         = "PodMissing"
+	ReasonImagePullFailed    = "ImagePullFailed"
+	ReasonAgentActive        = "AgentActive"
+	ReasonAgentIdle          = "AgentIdle"
+	ReasonAgentExited        = "AgentExited"
+	ReasonAgentStopped       = "AgentStopped"
+	ReasonAgentStuck         = "AgentStuck"
+	ReasonAgentBlocked       = "AgentBlocked"
+	ReasonWaitingForInput    = "WaitingForInput"
+	ReasonSignalGrace        = "SignalGrace"
+	ReasonNoPullRequest      = "NoPullRequest"
+	ReasonPullRequestOpened  = "PullRequestOpened"
+	ReasonPullRequestDraft   = "PullRequestDraft"
+	ReasonPullRequestClosed  = "PullRequestClosed"
+	ReasonPullRequestMerged  = "PullRequestMerged"
+	ReasonChecksPassed       = "ChecksPassed"
+	ReasonChecksFailed       = "ChecksFailed"
+	ReasonChecksPending      = "ChecksPending"
+	ReasonNoChecks           = "NoChecks"
+	ReasonApproved           = "Approved"
+	ReasonChangesRequested   = "ChangesRequested"
+	ReasonReviewRequired     = "ReviewRequired"
+	ReasonNoReviewRequired   = "NoReviewRequired"
+	ReasonMergeable          = "Mergeable"
+	ReasonMergeConflict      = "MergeConflict"
+	ReasonBehindBase         = "BehindBase"
+	ReasonMergeBlocked       = "MergeBlocked"
+	ReasonMergeStateUnknown  = "MergeStateUnknown"
+	ReasonEscalated          = "Escalated"
+	ReasonTerminal           = "Terminal"
+	ReasonSessionStopped     = "SessionStopped"
+	ReasonSessionDone        = "SessionDone"
+	ReasonSessionErrored     = "SessionErrored"
+	ReasonNothingNeedsAction = "NothingNeedsAction"
+)
+
+// Finalizers.
+const (
+	// WorktreeFinalizer holds a Worktree until its checkout is removed, and refuses deletion while a
+	// session is bound or commits are unpushed (unless ForceDeleteAnnotation is "true").
+	WorktreeFinalizer = "agents.shepherd.dev/worktree-protection"
+	// AgentSessionFinalizer lets a session release its queue slot and notify before it goes.
+	AgentSessionFinalizer = "agents.shepherd.dev/session-cleanup"
+	// ProjectFinalizer removes the Project's mirror volume.
+	ProjectFinalizer = "agents.shepherd.dev/project-cleanup"
+)
+
+// Annotations and labels.
+const (
+	// ForceDeleteAnnotation set to "true" on a Worktree lets it be deleted with sessions bound or
+	// commits unpushed. The unpushed commits are lost.
+	ForceDeleteAnnotation = "agents.shepherd.dev/force-delete"
+	// ReconcileRequestAnnotation: changing its value asks the controllers for an immediate
+	// reconcile (as `flux reconcile` does), for example to re-check credentials.
+	ReconcileRequestAnnotation = "agents.shepherd.dev/reconcile-requested-at"
+
+	// LabelProject carries the Project name on every child object.
+	LabelProject = "agents.shepherd.dev/project"
+	// LabelSession carries the AgentSession name on its children.
+	LabelSession = "agents.shepherd.dev/session"
+	// LabelWorktree carries the Worktree name on its children.
+	LabelWorktree = "agents.shepherd.dev/worktree"
+	// LabelComponent says what a child is: agent, mirror, checkout.
+	LabelComponent = "agents.shepherd.dev/component"
+	// LabelManagedBy is the standard managed-by label; Shepherd's caches select on it.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy on Shepherd's children.
+	ManagedByValue = "shepherd"
+)

@@ -1,0 +1,749 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProjectSpec is what every session of one repository shares.
+// +kubebuilder:validation:XValidation:rule=`!has(self.backlog) || has(self.tracker)`,message="spec.backlog needs spec.tracker: set the tracker whose issues the backlog is read from"
+// +kubebuilder:validation:XValidation:rule=`!has(self.backlog) || !has(self.limits) || !has(self.limits.maxConcurrentSessions) || self.backlog.maxConcurrent <= self.limits.maxConcurrentSessions`,message="spec.backlog.maxConcurrent must not exceed spec.limits.maxConcurrentSessions"
+type ProjectSpec struct {
+	// Repository is the git repository the agents work on.
+	// +required
+	Repository RepositorySpec `json:"repository"`
+
+	// SCM is the forge that hosts pull requests, CI results and reviews.
+	// +optional
+	SCM SCMSpec `json:"scm,omitempty"`
+
+	// Tracker turns an issue id into a title, a body, a branch name and a prompt. When absent,
+	// sessions must carry a prompt.
+	// +optional
+	Tracker *TrackerSpec `json:"tracker,omitempty"`
+
+	// Agent holds the defaults for every session's agent. type is required.
+	// +required
+	// +kubebuilder:validation:XValidation:rule=`has(self.type)`,message="spec.agent.type is required: one of claude-code, codex, aider, opencode"
+	Agent AgentSpec `json:"agent"`
+
+	// Workspace says how checkouts are made and stored.
+	// +optional
+	Workspace WorkspaceSpec `json:"workspace,omitempty"`
+
+	// Reactions say what Shepherd does when a session's pull request or agent needs something.
+	// A trigger left out keeps its default (see docs/reactions.md).
+	// +optional
+	Reactions *ReactionsSpec `json:"reactions,omitempty"`
+
+	// Notifications route events by priority. Kubernetes Events are always emitted.
+	// +optional
+	Notifications *NotificationsSpec `json:"notifications,omitempty"`
+
+	// Limits bound what the Project may run at once.
+	// +optional
+	Limits *LimitsSpec `json:"limits,omitempty"`
+
+	// Activity holds the thresholds that turn agent silence into Idle, Stuck or gone.
+	// +optional
+	Activity *ActivitySpec `json:"activity,omitempty"`
+
+	// Cleanup says what happens to a session's children once it has finished.
+	// +optional
+	Cleanup *CleanupSpec `json:"cleanup,omitempty"`
+
+	// Backlog lets the Project spawn a session for every tracker issue that matches a query.
+	// +optional
+	Backlog *BacklogSpec `json:"backlog,omitempty"`
+
+	// Network restricts where agent pods may connect.
+	// +optional
+	Network *NetworkSpec `json:"network,omitempty"`
+}
+
+// RepositorySpec locates the repository and says how to authenticate to it.
+type RepositorySpec struct {
+	// URL git clones from.
+	// +required
+	URL RepositoryURL `json:"url"`
+
+	// DefaultBranch is the base of new branches and pull requests. Defaults to "main".
+	// +optional
+	// +kubebuilder:default=main
+	DefaultBranch BranchName `json:"defaultBranch,omitempty"`
+
+	// Credentials for git and the SCM API. Leave empty for a public repository that agents only
+	// read (no pull requests can be opened without credentials).
+	// +optional
+	Credentials *RepositoryCredentials `json:"credentials,omitempty"`
+}
+
+// RepositoryCredentials holds exactly one way to authenticate.
+// +kubebuilder:validation:XValidation:rule=`has(self.secretRef) != has(self.githubApp)`,message="set exactly one of credentials.secretRef (a token) or credentials.githubApp"
+type RepositoryCredentials struct {
+	// SecretRef selects a Secret key holding a personal or fine-grained access token.
+	// +optional
+	SecretRef *SecretKeyRef `json:"secretRef,omitempty"`
+
+	// GitHubApp authenticates as a GitHub App installation. The manager mints short-lived,
+	// repository-scoped tokens from it; the private key never reaches an agent pod.
+	// +optional
+	GitHubApp *GitHubAppCredentials `json:"githubApp,omitempty"`
+}
+
+// GitHubAppCredentials identifies a GitHub App installation.
+type GitHubAppCredentials struct {
+	// AppID is the numeric id of the GitHub App.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	AppID int64 `json:"appID"`
+
+	// InstallationID is the numeric id of the App's installation on the repository's owner.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	InstallationID int64 `json:"installationID"`
+
+	// PrivateKeySecretRef selects the Secret key holding the App's PEM private key.
+	// +required
+	PrivateKeySecretRef SecretKeyRef `json:"privateKeySecretRef"`
+}
+
+// SCMProvider names a supported forge.
+// +kubebuilder:validation:Enum=github;gitea
+type SCMProvider string
+
+// The supported forges. Each has an adapter in internal/scm/<provider>.
+const (
+	SCMGitHub SCMProvider = "github"
+	SCMGitea  SCMProvider = "gitea"
+)
+
+// SCMSpec configures the forge adapter.
+type SCMSpec struct {
+	// Provider of the forge: github (default) or gitea.
+	// +optional
+	// +kubebuilder:default=github
+	Provider SCMProvider `json:"provider,omitempty"`
+
+	// APIURL is the forge's API base, for GitHub Enterprise or a self-hosted Gitea. Defaults to
+	// https://api.github.com for github.
+	// +optional
+	APIURL HTTPURL `json:"apiURL,omitempty"`
+
+	// WebhookSecretRef selects the Secret key holding the webhook signing secret. With webhooks
+	// configured, changes land in seconds and polling is only a safety net.
+	// +optional
+	WebhookSecretRef *SecretKeyRef `json:"webhookSecretRef,omitempty"`
+
+	// PollInterval is the longest any pull request's state may go unrefreshed. Defaults to 1m;
+	// between 10s and 1h.
+	// +optional
+	// +kubebuilder:default="1m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('1h')`,message="pollInterval must be between 10s and 1h"
+	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+}
+
+// TrackerProvider names a supported issue tracker.
+// +kubebuilder:validation:Enum=github;gitea;linear
+type TrackerProvider string
+
+// The supported trackers. Each has an adapter in internal/tracker/<provider>.
+const (
+	TrackerGitHub TrackerProvider = "github"
+	TrackerGitea  TrackerProvider = "gitea"
+	TrackerLinear TrackerProvider = "linear"
+)
+
+// TrackerSpec configures the issue tracker.
+// +kubebuilder:validation:XValidation:rule=`self.provider != 'linear' || has(self.linear)`,message="tracker.linear is required when tracker.provider is linear"
+// +kubebuilder:validation:XValidation:rule=`self.provider == 'linear' || !has(self.linear)`,message="tracker.linear is only valid when tracker.provider is linear"
+type TrackerSpec struct {
+	// Provider of the tracker: github and gitea use the repository's issues; linear needs
+	// tracker.linear.
+	// +required
+	Provider TrackerProvider `json:"provider"`
+
+	// Linear configures the Linear tracker.
+	// +optional
+	Linear *LinearSpec `json:"linear,omitempty"`
+
+	// BranchPrefix starts every branch made from an issue. Defaults to "shepherd/".
+	// +optional
+	// +kubebuilder:default="shepherd/"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9][A-Za-z0-9._-]*/)*$`
+	BranchPrefix string `json:"branchPrefix,omitempty"`
+
+	// PromptTemplate is a Go text/template that turns an issue into the agent's first prompt. It
+	// sees .Issue (ID, Title, Body, URL, Labels), .Project and .Branch. Empty uses the built-in
+	// template.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	PromptTemplate string `json:"promptTemplate,omitempty"`
+}
+
+// LinearSpec configures the Linear GraphQL API.
+type LinearSpec struct {
+	// TeamKey is the Linear team's key, the prefix of its issue ids (ENG in ENG-123).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Z0-9]*$`
+	TeamKey string `json:"teamKey"`
+
+	// APIKeySecretRef selects the Secret key holding a Linear API key.
+	// +required
+	APIKeySecretRef SecretKeyRef `json:"apiKeySecretRef"`
+
+	// APIURL overrides the Linear GraphQL endpoint. Defaults to https://api.linear.app/graphql.
+	// +optional
+	APIURL HTTPURL `json:"apiURL,omitempty"`
+}
+
+// WorkspaceMode says how a checkout is made.
+// +kubebuilder:validation:Enum=Worktree;Clone
+type WorkspaceMode string
+
+const (
+	// WorkspaceWorktree adds a git worktree from the Project's mirror: fast and small, shares
+	// history with the mirror on one volume.
+	WorkspaceWorktree WorkspaceMode = "Worktree"
+	// WorkspaceClone makes an independent clone, using the mirror as a reference when present.
+	WorkspaceClone WorkspaceMode = "Clone"
+)
+
+// WorkspaceSpec says how checkouts are made and stored.
+type WorkspaceSpec struct {
+	// Mode of new checkouts: Worktree (default) or Clone.
+	// +optional
+	// +kubebuilder:default=Worktree
+	Mode WorkspaceMode `json:"mode,omitempty"`
+
+	// Storage of the volumes that hold checkouts and the mirror.
+	// +optional
+	Storage *StorageSpec `json:"storage,omitempty"`
+
+	// SharedPaths are paths relative to the checkout root that are served from a per-Project cache
+	// volume instead of each checkout (the cluster form of symlinking node_modules).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	// +kubebuilder:validation:XValidation:rule=`self.all(p, !p.split('/').exists(s, s == '..' || s == '.' || s == '.git'))`,message="sharedPaths must stay inside the checkout: no '.', '..' or '.git' parts"
+	SharedPaths []string `json:"sharedPaths,omitempty"`
+
+	// Setup commands run in the checkout after it is created, in order. A failure is reported
+	// in the Worktree's status (SetupSucceeded=False) and leaves the checkout usable.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Setup []SetupCommand `json:"setup,omitempty"`
+}
+
+// StorageSpec describes a volume.
+type StorageSpec struct {
+	// StorageClassName of the PersistentVolumeClaims. Empty uses the cluster's default class.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Size of each checkout volume. Defaults to 10Gi; at most 10Ti.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`quantity(string(self)).compareTo(quantity('10Ti')) <= 0 && quantity(string(self)).isGreaterThan(quantity('0'))`,message="storage size must be more than 0 and at most 10Ti"
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// AccessMode of the volumes. ReadWriteOnce (default) pins a checkout's sessions to one node;
+	// ReadWriteMany lets sessions on different nodes share a Worktree.
+	// +optional
+	// +kubebuilder:default=ReadWriteOnce
+	// +kubebuilder:validation:Enum=ReadWriteOnce;ReadWriteMany;ReadWriteOncePod
+	AccessMode string `json:"accessMode,omitempty"`
+}
+
+// SetupCommand is one command run in a fresh checkout. It is an argument list, never a shell
+// string; write ["sh", "-c", "..."] to use a shell on purpose.
+type SetupCommand struct {
+	// Name identifies the command in status and logs.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Command is the program and its arguments.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	Command []string `json:"command"`
+
+	// Timeout of the command. Defaults to 10m; between 1s and 2h.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('1s') && duration(self) <= duration('2h')`,message="setup timeout must be between 1s and 2h"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// ReactionAction is what a reaction does.
+// +kubebuilder:validation:Enum=SendToAgent;Notify;Merge;None
+type ReactionAction string
+
+const (
+	// ReactionSendToAgent sends a rendered message to the agent as a new turn.
+	ReactionSendToAgent ReactionAction = "SendToAgent"
+	// ReactionNotify notifies humans through the Project's notification routes.
+	ReactionNotify ReactionAction = "Notify"
+	// ReactionMerge merges the pull request, guarded by the head commit that was approved.
+	ReactionMerge ReactionAction = "Merge"
+	// ReactionNone turns the trigger off; the phase and condition still show it.
+	ReactionNone ReactionAction = "None"
+)
+
+// MergeMethod is how a pull request is merged.
+// +kubebuilder:validation:Enum=squash;merge;rebase
+type MergeMethod string
+
+const (
+	MergeSquash MergeMethod = "squash"
+	MergeMerge  MergeMethod = "merge"
+	MergeRebase MergeMethod = "rebase"
+)
+
+// Priority orders notifications.
+// +kubebuilder:validation:Enum=urgent;action;warning;info
+type Priority string
+
+const (
+	// PriorityUrgent needs a human now: stuck, needs input, errored, escalations.
+	PriorityUrgent Priority = "urgent"
+	// PriorityAction asks a human to act: approved, merged.
+	PriorityAction Priority = "action"
+	// PriorityWarning reports trouble Shepherd is handling: CI failed, changes requested.
+	PriorityWarning Priority = "warning"
+	// PriorityInfo is for the record.
+	PriorityInfo Priority = "info"
+)
+
+// Reaction configures what happens on one trigger.
+// +kubebuilder:validation:XValidation:rule=`self.action == 'Merge' || !has(self.mergeMethod)`,message="mergeMethod is only valid with action Merge"
+// +kubebuilder:validation:XValidation:rule=`self.action == 'SendToAgent' || !has(self.message)`,message="message is only valid with action SendToAgent"
+type Reaction struct {
+	// Action to take.
+	// +required
+	Action ReactionAction `json:"action"`
+
+	// Retries is how many times the action runs in one episode (for example one failing head
+	// commit, counted across new commits until CI passes) before Shepherd escalates. 0..20.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=20
+	Retries *int32 `json:"retries,omitempty"`
+
+	// EscalateAfter escalates (once, at urgent priority) when the episode lasts longer than this,
+	// whatever the attempt count. Between 1m and 168h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('1m') && duration(self) <= duration('168h')`,message="escalateAfter must be between 1m and 168h"
+	EscalateAfter *metav1.Duration `json:"escalateAfter,omitempty"`
+
+	// Message is a Go text/template rendered into the text sent to the agent. It sees the
+	// failure's details (.Checks, .Threads, .PullRequest). Empty uses the built-in message.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	Message string `json:"message,omitempty"`
+
+	// Priority of the notification this reaction sends, overriding the trigger's default.
+	// +optional
+	Priority Priority `json:"priority,omitempty"`
+
+	// MergeMethod for action Merge: squash (default), merge or rebase.
+	// +optional
+	MergeMethod MergeMethod `json:"mergeMethod,omitempty"`
+}
+
+// ReactionsSpec holds one optional Reaction per trigger. Merge is only meaningful, and only
+// accepted, for approvedAndGreen.
+type ReactionsSpec struct {
+	// CIFailed: a required check failed on the pull request's head commit. Default: SendToAgent,
+	// 2 retries.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
+	CIFailed *Reaction `json:"ciFailed,omitempty"`
+
+	// ChangesRequested: a reviewer requested changes or left unresolved threads. Default:
+	// SendToAgent, escalate after 30m.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
+	ChangesRequested *Reaction `json:"changesRequested,omitempty"`
+
+	// MergeConflicts: the pull request conflicts with its base. Default: SendToAgent, escalate
+	// after 15m.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
+	MergeConflicts *Reaction `json:"mergeConflicts,omitempty"`
+
+	// ApprovedAndGreen: approved, checks passing, mergeable. Default: Notify.
+	// +optional
+	ApprovedAndGreen *Reaction `json:"approvedAndGreen,omitempty"`
+
+	// Stuck: the agent has been idle past activity.stuckAfter. Default: Notify (urgent).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
+	Stuck *Reaction `json:"stuck,omitempty"`
+
+	// NeedsInput: the agent asked a question. Default: Notify (urgent).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
+	NeedsInput *Reaction `json:"needsInput,omitempty"`
+
+	// Exited: the agent process ended without a pull request. Default: Notify.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
+	Exited *Reaction `json:"exited,omitempty"`
+}
+
+// NotificationsSpec routes events by priority.
+type NotificationsSpec struct {
+	// Routes send events of the listed priorities to a webhook or Slack.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Routes []NotificationRoute `json:"routes,omitempty"`
+}
+
+// NotificationRoute sends events of some priorities to one destination.
+// +kubebuilder:validation:XValidation:rule=`has(self.webhook) != has(self.slack)`,message="set exactly one of webhook or slack on each notification route"
+type NotificationRoute struct {
+	// Name identifies the route in status and events.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Priorities this route receives.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	Priorities []Priority `json:"priorities"`
+
+	// Webhook posts a JSON body signed with HMAC-SHA256 (header X-Shepherd-Signature-256).
+	// +optional
+	Webhook *WebhookTarget `json:"webhook,omitempty"`
+
+	// Slack posts to a Slack incoming webhook.
+	// +optional
+	Slack *SlackTarget `json:"slack,omitempty"`
+}
+
+// WebhookTarget is an HTTP endpoint that receives signed notifications.
+type WebhookTarget struct {
+	// URL that receives the POST.
+	// +required
+	URL HTTPURL `json:"url"`
+
+	// SecretRef selects the Secret key holding the HMAC signing secret.
+	// +required
+	SecretRef SecretKeyRef `json:"secretRef"`
+}
+
+// SlackTarget is a Slack incoming webhook.
+type SlackTarget struct {
+	// WebhookURLSecretRef selects the Secret key holding the incoming-webhook URL (the URL is
+	// itself a credential).
+	// +required
+	WebhookURLSecretRef SecretKeyRef `json:"webhookURLSecretRef"`
+}
+
+// LimitsSpec bounds what the Project may run at once.
+type LimitsSpec struct {
+	// MaxConcurrentSessions is the most sessions with a running agent; the rest wait as Queued,
+	// oldest first. Unset means no limit. 1..10000.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MaxConcurrentSessions *int32 `json:"maxConcurrentSessions,omitempty"`
+}
+
+// ActivitySpec holds the thresholds that turn agent silence into a phase.
+// +kubebuilder:validation:XValidation:rule=`!has(self.idleAfter) || !has(self.stuckAfter) || duration(self.idleAfter) < duration(self.stuckAfter)`,message="activity.idleAfter must be shorter than activity.stuckAfter"
+type ActivitySpec struct {
+	// IdleAfter: no agent activity for this long marks it idle. Default 5m; 10s..24h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('24h')`,message="idleAfter must be between 10s and 24h"
+	IdleAfter *metav1.Duration `json:"idleAfter,omitempty"`
+
+	// StuckAfter: no agent activity for this long, with no pull request progress, makes the
+	// session Stuck. Default 10m; 1m..72h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('1m') && duration(self) <= duration('72h')`,message="stuckAfter must be between 1m and 72h"
+	StuckAfter *metav1.Duration `json:"stuckAfter,omitempty"`
+
+	// GracePeriod: how long a missing or contradictory signal (pod gone, runner silent) is
+	// tolerated before the agent is declared gone. Default 2m; 10s..1h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('1h')`,message="gracePeriod must be between 10s and 1h"
+	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
+
+	// GraceObservations: the number of consecutive observations a missing signal must persist,
+	// in addition to gracePeriod, before it counts. Default 3; 1..100.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	GraceObservations *int32 `json:"graceObservations,omitempty"`
+}
+
+// WorktreeDisposition is what happens to a session's own Worktree when the session ends.
+// +kubebuilder:validation:Enum=Keep;Remove
+type WorktreeDisposition string
+
+const (
+	// WorktreeKeep leaves the Worktree Present.
+	WorktreeKeep WorktreeDisposition = "Keep"
+	// WorktreeRemove sets the Worktree Absent: the checkout goes, the record and branch stay.
+	WorktreeRemove WorktreeDisposition = "Remove"
+)
+
+// CleanupSpec says what happens once a session has finished. The agent pod is always removed
+// when a session reaches a terminal phase.
+type CleanupSpec struct {
+	// WorktreeAfterMerge: Keep (default) or Remove the session's own Worktree after its pull
+	// request merged. Worktrees named by worktreeRef are never touched.
+	// +optional
+	// +kubebuilder:default=Keep
+	WorktreeAfterMerge WorktreeDisposition `json:"worktreeAfterMerge,omitempty"`
+}
+
+// BacklogSpec spawns a session for each tracker issue that matches a query.
+type BacklogSpec struct {
+	// Labels an issue must all carry to be picked up.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=100
+	Labels []string `json:"labels"`
+
+	// MaxConcurrent is the most backlog sessions not yet finished at once. 1..1000.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxConcurrent int32 `json:"maxConcurrent"`
+
+	// ClaimedLabel replaces the query labels when a session is created. Default "agent:claimed".
+	// +optional
+	// +kubebuilder:default="agent:claimed"
+	// +kubebuilder:validation:MaxLength=100
+	ClaimedLabel string `json:"claimedLabel,omitempty"`
+
+	// InProgressLabel is added when the session's agent starts working. Default "agent:in-progress".
+	// +optional
+	// +kubebuilder:default="agent:in-progress"
+	// +kubebuilder:validation:MaxLength=100
+	InProgressLabel string `json:"inProgressLabel,omitempty"`
+
+	// DoneLabel is added when the session's pull request merged. Default "agent:done".
+	// +optional
+	// +kubebuilder:default="agent:done"
+	// +kubebuilder:validation:MaxLength=100
+	DoneLabel string `json:"doneLabel,omitempty"`
+
+	// Interval between tracker queries. Default 1m; 10s..24h.
+	// +optional
+	// +kubebuilder:default="1m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('24h')`,message="backlog interval must be between 10s and 24h"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+}
+
+// NetworkSpec restricts agent pod egress.
+type NetworkSpec struct {
+	// Egress: when set, agent pods may only reach DNS, the manager, and the listed destinations
+	// (a NetworkPolicy with default deny). Unset leaves egress open.
+	// +optional
+	Egress *EgressSpec `json:"egress,omitempty"`
+}
+
+// EgressSpec is an allowlist of destinations.
+type EgressSpec struct {
+	// Allow lists the destinations agent pods may reach: the model API, the forge, package
+	// registries.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Allow []EgressRule `json:"allow,omitempty"`
+}
+
+// EgressRule allows traffic to one network on some ports.
+type EgressRule struct {
+	// CIDR of the destination network, for example 140.82.112.0/20.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`isCIDR(self)`,message="cidr must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
+	CIDR string `json:"cidr"`
+
+	// Ports allowed on that network. Empty allows every port.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	Ports []int32 `json:"ports,omitempty"`
+}
+
+// ProjectStatus is what the Project controller observed.
+type ProjectStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled, RepositoryReachable, CredentialsValid, MirrorReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// DefaultBranchHead is the commit the default branch pointed at when last checked.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	DefaultBranchHead string `json:"defaultBranchHead,omitempty"`
+
+	// Mirror is the state of the repository mirror used by worktree mode.
+	// +optional
+	Mirror *MirrorStatus `json:"mirror,omitempty"`
+
+	// Sessions counts this Project's sessions.
+	// +optional
+	Sessions SessionCounts `json:"sessions,omitempty"`
+
+	// Notifications reports the state of each notification route.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Notifications []NotificationRouteStatus `json:"notifications,omitempty"`
+
+	// Backlog reports the backlog query.
+	// +optional
+	Backlog *BacklogStatus `json:"backlog,omitempty"`
+}
+
+// MirrorStatus describes the Project's mirror.
+type MirrorStatus struct {
+	// ClaimName is the PersistentVolumeClaim holding the mirror.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName,omitempty"`
+	// Head is the default branch commit in the mirror.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Head string `json:"head,omitempty"`
+	// LastFetchTime is when the mirror last fetched successfully.
+	// +optional
+	LastFetchTime *metav1.Time `json:"lastFetchTime,omitempty"`
+}
+
+// SessionCounts counts sessions by state.
+type SessionCounts struct {
+	// Total sessions of the Project.
+	// +optional
+	Total int32 `json:"total,omitempty"`
+	// Active sessions: admitted and not terminal.
+	// +optional
+	Active int32 `json:"active,omitempty"`
+	// Queued sessions waiting for a slot.
+	// +optional
+	Queued int32 `json:"queued,omitempty"`
+	// ByPhase counts sessions by phase.
+	// +optional
+	ByPhase map[string]int32 `json:"byPhase,omitempty"`
+}
+
+// NotificationRouteStatus reports one route.
+type NotificationRouteStatus struct {
+	// Name of the route.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Delivered counts notifications delivered.
+	// +optional
+	Delivered int64 `json:"delivered,omitempty"`
+	// Failed counts notifications given up on.
+	// +optional
+	Failed int64 `json:"failed,omitempty"`
+	// LastError is the last delivery error.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastError string `json:"lastError,omitempty"`
+	// LastFailureTime is when the last notification was given up on.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+}
+
+// BacklogStatus reports the backlog query.
+type BacklogStatus struct {
+	// LastQueryTime is when the tracker was last queried.
+	// +optional
+	LastQueryTime *metav1.Time `json:"lastQueryTime,omitempty"`
+	// Matching is the number of matching issues at the last query.
+	// +optional
+	Matching int32 `json:"matching,omitempty"`
+	// Spawned counts sessions the backlog created.
+	// +optional
+	Spawned int32 `json:"spawned,omitempty"`
+}
+
+// Project is a repository and the defaults every session on it shares.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=proj,categories=shepherd
+// +kubebuilder:printcolumn:name="Repository",type=string,JSONPath=`.spec.repository.url`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.spec.agent.type`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.sessions.active`
+// +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.sessions.queued`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Project struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired configuration.
+	// +required
+	Spec ProjectSpec `json:"spec"`
+
+	// Status is what the controller observed.
+	// +optional
+	Status ProjectStatus `json:"status,omitempty"`
+}
+
+// ProjectList is a list of Projects.
+//
+// +kubebuilder:object:root=true
+type ProjectList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Project `json:"items"`
+}

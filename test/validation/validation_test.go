@@ -1,0 +1,398 @@
+package validation
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/gitref"
+	. "github.com/shepherd-dev/shepherd/test/builders"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func dur(s string) *metav1.Duration {
+	d, err := time.ParseDuration(s)
+	Expect(err).NotTo(HaveOccurred())
+	return &metav1.Duration{Duration: d}
+}
+
+var _ = Describe("Samples", func() {
+	It("accepts every file in config/samples", func() {
+		ns := newNamespace()
+		files, err := filepath.Glob(filepath.Join(repoRoot(), "config", "samples", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		created := 0
+		for _, f := range files {
+			if filepath.Base(f) == "kustomization.yaml" {
+				continue
+			}
+			raw, err := os.ReadFile(f)
+			Expect(err).NotTo(HaveOccurred())
+			dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(string(raw)), 4096)
+			for {
+				u := &unstructured.Unstructured{}
+				if err := dec.Decode(&u.Object); err != nil {
+					break
+				}
+				if len(u.Object) == 0 {
+					continue
+				}
+				u.SetNamespace(ns)
+				Expect(k8sClient.Create(ctx, u)).To(Succeed(), "sample %s (%s %s)", filepath.Base(f), u.GetKind(), u.GetName())
+				created++
+			}
+		}
+		Expect(created).To(BeNumerically(">=", 3), "one sample per kind")
+	})
+})
+
+// invalid is one object the API must refuse, and the part of the error a user reads after
+// `<Kind> "<name>" is invalid: `.
+type invalid struct {
+	obj  func(ns string) client.Object
+	want string
+}
+
+var _ = Describe("Invalid objects are refused with a message that says what to fix", func() {
+	DescribeTable("on create",
+		func(tc invalid) {
+			ns := newNamespace()
+			obj := tc.obj(ns)
+			err := k8sClient.Create(ctx, obj)
+			Expect(err).To(HaveOccurred())
+			Expect(userMessage(err)).To(Equal(tc.want), userMessage(err))
+		},
+		// An enum error stops the API server before the CEL rules run, and it says so: those
+		// entries expect the two-part message users really get.
+		// Project
+		Entry("a repository URL with an unsupported scheme", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).URL("ftp://example.com/acme/widgets").Obj() },
+			want: `spec.repository.url: Invalid value: "ftp://example.com/acme/widgets": repository URL must be https://host/owner/repo, http://host/owner/repo, ssh://host/owner/repo or scp-like user@host:owner/repo`,
+		}),
+		Entry("a repository URL with embedded credentials", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).URL("https://bot:ghp_secret@github.com/acme/widgets").Obj() },
+			want: `spec.repository.url: Invalid value: "https://bot:ghp_secret@github.com/acme/widgets": repository URL must not embed credentials; put the token in a Secret and reference it from spec.repository.credentials`,
+		}),
+		Entry("an scp-like URL without a path", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).URL("git@github.com:").Obj() },
+			want: `spec.repository.url: Invalid value: "git@github.com:": repository URL must be https://host/owner/repo, http://host/owner/repo, ssh://host/owner/repo or scp-like user@host:owner/repo`,
+		}),
+		Entry("a default branch that git refuses", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).DefaultBranch("main..dev").Obj() },
+			want: `spec.repository.defaultBranch: Invalid value: "main..dev": branch name must not contain '..'`,
+		}),
+		Entry("no agent type", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).Agent("").Obj()
+			},
+			want: `spec.agent: Invalid value: spec.agent.type is required: one of claude-code, codex, aider, opencode`,
+		}),
+		Entry("an unknown agent type", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).Agent("gemini").Obj() },
+			want: `[spec.agent.type: Unsupported value: "gemini": supported values: "claude-code", "codex", "aider", "opencode", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
+		Entry("a negative session limit", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).MaxConcurrent(-1).Obj() },
+			want: `spec.limits.maxConcurrentSessions: Invalid value: -1: spec.limits.maxConcurrentSessions in body should be greater than or equal to 1`,
+		}),
+		Entry("a huge session limit", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).MaxConcurrent(1000000).Obj() },
+			want: `spec.limits.maxConcurrentSessions: Invalid value: 1000000: spec.limits.maxConcurrentSessions in body should be less than or equal to 10000`,
+		}),
+		Entry("both a token and a GitHub App", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).TokenSecret("gh", "token").With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Repository.Credentials.GitHubApp = &agentsv1alpha1.GitHubAppCredentials{AppID: 1, InstallationID: 2,
+						PrivateKeySecretRef: agentsv1alpha1.SecretKeyRef{Name: "app", Key: "key.pem"}}
+				}).Obj()
+			},
+			want: `spec.repository.credentials: Invalid value: set exactly one of credentials.secretRef (a token) or credentials.githubApp`,
+		}),
+		Entry("a secret reference without a key", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).TokenSecret("gh", "").Obj() },
+			want: `spec.repository.credentials.secretRef.key: Invalid value: "": spec.repository.credentials.secretRef.key in body should be at least 1 chars long`,
+		}),
+		Entry("a secret key with a slash", invalid{
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).TokenSecret("gh", "a/b").Obj() },
+			want: `spec.repository.credentials.secretRef.key: Invalid value: "a/b": spec.repository.credentials.secretRef.key in body should match '^[-._a-zA-Z0-9]+$'`,
+		}),
+		Entry("a poll interval too short", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) { s.SCM.PollInterval = dur("1s") }).Obj()
+			},
+			want: `spec.scm.pollInterval: Invalid value: "1s": pollInterval must be between 10s and 1h`,
+		}),
+		Entry("Merge on a trigger other than approvedAndGreen", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerCIFailed, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).Obj()
+			},
+			want: `spec.reactions.ciFailed: Invalid value: action Merge is only valid for approvedAndGreen`,
+		}),
+		Entry("negative retries", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerCIFailed, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionSendToAgent, Retries: ptr(int32(-1))}).Obj()
+			},
+			want: `spec.reactions.ciFailed.retries: Invalid value: -1: spec.reactions.ciFailed.retries in body should be greater than or equal to 0`,
+		}),
+		Entry("too many retries", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerCIFailed, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionSendToAgent, Retries: ptr(int32(50))}).Obj()
+			},
+			want: `spec.reactions.ciFailed.retries: Invalid value: 50: spec.reactions.ciFailed.retries in body should be less than or equal to 20`,
+		}),
+		Entry("an escalation shorter than a minute", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerChangesRequested, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionSendToAgent, EscalateAfter: dur("10s")}).Obj()
+			},
+			want: `spec.reactions.changesRequested.escalateAfter: Invalid value: "10s": escalateAfter must be between 1m and 168h`,
+		}),
+		Entry("a merge method on a Notify reaction", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionNotify, MergeMethod: agentsv1alpha1.MergeSquash}).Obj()
+			},
+			want: `spec.reactions.approvedAndGreen: Invalid value: mergeMethod is only valid with action Merge`,
+		}),
+		Entry("a notification route with both a webhook and Slack", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Notifications = &agentsv1alpha1.NotificationsSpec{Routes: []agentsv1alpha1.NotificationRoute{{
+						Name: "ops", Priorities: []agentsv1alpha1.Priority{agentsv1alpha1.PriorityUrgent},
+						Webhook: &agentsv1alpha1.WebhookTarget{URL: "https://hooks.example.com/x", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "n", Key: "k"}},
+						Slack:   &agentsv1alpha1.SlackTarget{WebhookURLSecretRef: agentsv1alpha1.SecretKeyRef{Name: "s", Key: "url"}},
+					}}}
+				}).Obj()
+			},
+			want: `spec.notifications.routes[0]: Invalid value: set exactly one of webhook or slack on each notification route`,
+		}),
+		Entry("a Linear tracker without its settings", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerLinear}
+				}).Obj()
+			},
+			want: `spec.tracker: Invalid value: tracker.linear is required when tracker.provider is linear`,
+		}),
+		Entry("a backlog without a tracker", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Backlog = &agentsv1alpha1.BacklogSpec{Labels: []string{"agent:backlog"}, MaxConcurrent: 5}
+				}).Obj()
+			},
+			want: `spec: Invalid value: spec.backlog needs spec.tracker: set the tracker whose issues the backlog is read from`,
+		}),
+		Entry("a setup command with no program", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Workspace.Setup = []agentsv1alpha1.SetupCommand{{Name: "install", Command: []string{}}}
+				}).Obj()
+			},
+			want: `spec.workspace.setup[0].command: Invalid value: 0: spec.workspace.setup[0].command in body should have at least 1 items`,
+		}),
+		Entry("a shared path that leaves the checkout", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Workspace.SharedPaths = []string{"node_modules", "../etc"}
+				}).Obj()
+			},
+			want: `spec.workspace.sharedPaths: Invalid value: sharedPaths must stay inside the checkout: no '.', '..' or '.git' parts`,
+		}),
+		Entry("an egress rule that is not a CIDR", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Network = &agentsv1alpha1.NetworkSpec{Egress: &agentsv1alpha1.EgressSpec{Allow: []agentsv1alpha1.EgressRule{{CIDR: "api.anthropic.com"}}}}
+				}).Obj()
+			},
+			want: `spec.network.egress.allow[0].cidr: Invalid value: "api.anthropic.com": cidr must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32`,
+		}),
+		Entry("a volume larger than 10Ti", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Workspace.Storage = &agentsv1alpha1.StorageSpec{Size: ptr(resource.MustParse("100Ti"))}
+				}).Obj()
+			},
+			want: `spec.workspace.storage.size: Invalid value: "100Ti": storage size must be more than 0 and at most 10Ti`,
+		}),
+		Entry("idle threshold not shorter than the stuck threshold", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Activity = &agentsv1alpha1.ActivitySpec{IdleAfter: dur("20m"), StuckAfter: dur("10m")}
+				}).Obj()
+			},
+			want: `spec.activity: Invalid value: activity.idleAfter must be shorter than activity.stuckAfter`,
+		}),
+		Entry("an agent credential with an invalid variable name", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent.Credentials = []agentsv1alpha1.AgentCredential{{EnvName: "1BAD", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "k", Key: "v"}}}
+				}).Obj()
+			},
+			want: `spec.agent.credentials[0].envName: Invalid value: "1BAD": spec.agent.credentials[0].envName in body should match '^[A-Za-z_][A-Za-z0-9_]*$'`,
+		}),
+		// Worktree
+		Entry("a branch starting with a dash", invalid{
+			obj:  func(ns string) client.Object { return MakeWorktree("w", ns, "p", "-x").Obj() },
+			want: `spec.branch: Invalid value: "-x": branch name must not start with '-'`,
+		}),
+		Entry("a branch ending in .lock", invalid{
+			obj:  func(ns string) client.Object { return MakeWorktree("w", ns, "p", "x.lock").Obj() },
+			want: `spec.branch: Invalid value: "x.lock": no '/'-separated part of a branch name may end with '.lock'`,
+		}),
+		Entry("a branch with @{", invalid{
+			obj:  func(ns string) client.Object { return MakeWorktree("w", ns, "p", "x@{1}").Obj() },
+			want: `spec.branch: Invalid value: "x@{1}": branch name must not contain '@{'`,
+		}),
+		Entry("a base ref with a space", invalid{
+			obj:  func(ns string) client.Object { return MakeWorktree("w", ns, "p", "feature").Base("a b").Obj() },
+			want: `spec.base: Invalid value: "a b": ref must not contain spaces, control characters or any of ~ ^ : ? * [ \`,
+		}),
+		Entry("an unknown desired state", invalid{
+			obj:  func(ns string) client.Object { return MakeWorktree("w", ns, "p", "feature").State("Gone").Obj() },
+			want: `[spec.state: Unsupported value: "Gone": supported values: "Present", "Absent", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
+		// AgentSession
+		Entry("neither issue nor prompt", invalid{
+			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Obj() },
+			want: `spec: Invalid value: set exactly one of spec.issue or spec.prompt`,
+		}),
+		Entry("both issue and prompt", invalid{
+			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("42").Prompt("fix it").Obj() },
+			want: `spec: Invalid value: set exactly one of spec.issue or spec.prompt`,
+		}),
+		Entry("an issue that is neither a number nor a key", invalid{
+			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("fix-login").Obj() },
+			want: `spec.issue: Invalid value: "fix-login": issue must be an issue number such as 42 or #42, or a tracker key such as ENG-123`,
+		}),
+		Entry("an unknown agent override", invalid{
+			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("42").Agent("cursor").Obj() },
+			want: `[spec.agent.type: Unsupported value: "cursor": supported values: "claude-code", "codex", "aider", "opencode", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
+		Entry("both a worktreeRef and a worktree template", invalid{
+			obj: func(ns string) client.Object {
+				return MakeSession("s", ns, "p").Issue("42").WorktreeRef("shared").Branch("feature").Obj()
+			},
+			want: `spec: Invalid value: set at most one of spec.worktreeRef (reuse a Worktree) or spec.worktree (a template for the session's own)`,
+		}),
+		Entry("a branch for its own worktree that git refuses", invalid{
+			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("42").Branch("a b").Obj() },
+			want: `spec.worktree.branch: Invalid value: "a b": branch name must not contain spaces or control characters`,
+		}),
+		Entry("a message id with capitals", invalid{
+			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("42").Message("Hello", "hi").Obj() },
+			want: `spec.messages[0].id: Invalid value: "Hello": spec.messages[0].id in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`,
+		}),
+		Entry("an unknown desired state", invalid{
+			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("42").State("Paused").Obj() },
+			want: `[spec.state: Unsupported value: "Paused": supported values: "Running", "Stopped", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
+	)
+
+	DescribeTable("on update",
+		func(create client.Object, change func(client.Object), want string) {
+			ns := newNamespace()
+			create.SetNamespace(ns)
+			Expect(k8sClient.Create(ctx, create)).To(Succeed())
+			change(create)
+			err := k8sClient.Update(ctx, create)
+			Expect(err).To(HaveOccurred())
+			Expect(userMessage(err)).To(Equal(want), userMessage(err))
+		},
+		Entry("changing a Worktree's branch",
+			MakeWorktree("w", "", "p", "feature").Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.Worktree).Spec.Branch = "other" },
+			`spec.branch: Invalid value: "other": spec.branch is immutable; create a new Worktree for another branch`),
+		Entry("changing a Worktree's project",
+			MakeWorktree("w", "", "p", "feature").Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.Worktree).Spec.ProjectRef.Name = "q" },
+			`spec.projectRef: Invalid value: spec.projectRef is immutable; create a new Worktree for another Project`),
+		Entry("changing a Worktree's mode once set",
+			MakeWorktree("w", "", "p", "feature").Mode(agentsv1alpha1.WorkspaceClone).Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.Worktree).Spec.Mode = agentsv1alpha1.WorkspaceWorktree },
+			`spec: Invalid value: spec.mode cannot change once set; create a new Worktree`),
+		Entry("changing a session's project",
+			MakeSession("s", "", "p").Issue("42").Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name = "q" },
+			`spec.projectRef: Invalid value: spec.projectRef is immutable; create a new AgentSession for another Project`),
+		Entry("changing a session's issue",
+			MakeSession("s", "", "p").Issue("42").Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.AgentSession).Spec.Issue = "43" },
+			`spec: Invalid value: spec.issue is immutable; create a new AgentSession for another issue`),
+		Entry("changing a session's prompt",
+			MakeSession("s", "", "p").Prompt("fix the login bug").Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.AgentSession).Spec.Prompt = "do something else" },
+			`spec: Invalid value: spec.prompt is immutable; send follow-ups through spec.messages`),
+		Entry("changing the branch of a session's own worktree",
+			MakeSession("s", "", "p").Issue("42").Branch("feature").Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.AgentSession).Spec.Worktree.Branch = "other" },
+			`spec: Invalid value: spec.worktree is immutable`),
+		Entry("editing a message already sent",
+			MakeSession("s", "", "p").Issue("42").Message("m1", "use the v2 API").Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.AgentSession).Spec.Messages[0].Text = "use the v3 API" },
+			`spec.messages[0]: Invalid value: a message's text cannot change once added; add a new message with a new id`),
+	)
+
+	It("accepts appending a message and stopping a session", func() {
+		ns := newNamespace()
+		s := MakeSession("s", ns, "p").Issue("42").Message("m1", "first").Obj()
+		Expect(k8sClient.Create(ctx, s)).To(Succeed())
+		s.Spec.Messages = append(s.Spec.Messages, agentsv1alpha1.Message{ID: "m2", Text: "second; $(rm -rf /) \"quoted\"\nünïcødé"})
+		s.Spec.State = agentsv1alpha1.SessionStopped
+		Expect(k8sClient.Update(ctx, s)).To(Succeed())
+	})
+
+	It("defaults what the docs say it defaults", func() {
+		ns := newNamespace()
+		p := MakeProject("p", ns).Obj()
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		Expect(p.Spec.Repository.DefaultBranch).To(Equal(agentsv1alpha1.BranchName("main")))
+		Expect(p.Spec.SCM.Provider).To(Equal(agentsv1alpha1.SCMGitHub))
+		Expect(p.Spec.SCM.PollInterval.Duration.String()).To(Equal("1m0s"))
+		Expect(p.Spec.Workspace.Mode).To(Equal(agentsv1alpha1.WorkspaceWorktree))
+		s := MakeSession("s", ns, "p").Issue("#42").Obj()
+		Expect(k8sClient.Create(ctx, s)).To(Succeed())
+		Expect(s.Spec.State).To(Equal(agentsv1alpha1.SessionRunning))
+	})
+})
+
+var _ = Describe("Branch names follow git check-ref-format", func() {
+	cases, err := gitref.Cases()
+	if err != nil {
+		panic(err)
+	}
+	for _, c := range cases {
+		It(fmt.Sprintf("%s %q", map[bool]string{true: "accepts", false: "refuses"}[c.Valid], c.Name), func() {
+			ns := newNamespace()
+			err := k8sClient.Create(ctx, MakeWorktree("w", ns, "p", c.Name).Obj())
+			if c.Valid {
+				Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			Expect(err).To(HaveOccurred())
+			Expect(userMessage(err)).To(HavePrefix("spec.branch: Invalid value: "))
+			Expect(userMessage(err)).To(ContainSubstring(c.Message))
+			// The Go validator the runner uses gives the same message.
+			Expect(userMessage(err)).To(HaveSuffix(gitref.ValidateBranch(c.Name).Error()))
+		})
+	}
+})
+
+// userMessage is the part of an API error after `<Kind> "<name>" is invalid: `: the field and
+// what to fix.
+func userMessage(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, " is invalid: "); i >= 0 {
+		return msg[i+len(" is invalid: "):]
+	}
+	return msg
+}
