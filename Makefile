@@ -111,6 +111,9 @@ deploy: manifests ## Deploy the manager (config/default) with image $(IMG).
 undeploy: ## Remove the manager and the CRDs.
 	"$$($(KUBE_BINARIES) kubectl)/kubectl" delete --ignore-not-found -k config/default
 
+# Local cluster, images without Docker, e2e and benchmarks live in their own fragments.
+-include hack/*.mk
+
 ##@ Tools
 
 $(LOCALBIN):
