@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -32,7 +31,6 @@ type Server struct {
 	srv      *http.Server
 	gitPath  string
 	execPath string
-	mu       sync.Mutex
 }
 
 // New returns a server for the repositories under root (created when missing).

@@ -5,13 +5,18 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	. "github.com/shepherd-dev/shepherd/test/builders"
 )
 
 // kubectl runs the real kubectl from the envtest assets against the test API server.
 func kubectl(args ...string) string {
-	stdout, stderr, err := testEnv.ControlPlane.KubeCtl().Run(args...)
+	user, err := testEnv.AddUser(envtest.User{Name: "kubectl-admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	k, err := user.Kubectl()
+	Expect(err).NotTo(HaveOccurred())
+	stdout, stderr, err := k.Run(args...)
 	out, _ := io.ReadAll(stdout)
 	errOut, _ := io.ReadAll(stderr)
 	Expect(err).NotTo(HaveOccurred(), "kubectl %v: %s", args, errOut)

@@ -82,7 +82,9 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			want: `spec.repository.url: Invalid value: "ftp://example.com/acme/widgets": repository URL must be https://host/owner/repo, http://host/owner/repo, ssh://host/owner/repo or scp-like user@host:owner/repo`,
 		}),
 		Entry("a repository URL with embedded credentials", invalid{
-			obj:  func(ns string) client.Object { return MakeProject("p", ns).URL("https://bot:ghp_secret@github.com/acme/widgets").Obj() },
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).URL("https://bot:ghp_secret@github.com/acme/widgets").Obj()
+			},
 			want: `spec.repository.url: Invalid value: "https://bot:ghp_secret@github.com/acme/widgets": repository URL must not embed credentials; put the token in a Secret and reference it from spec.repository.credentials`,
 		}),
 		Entry("an scp-like URL without a path", invalid{
@@ -289,7 +291,9 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			want: `spec.worktree.branch: Invalid value: "a b": branch name must not contain spaces or control characters`,
 		}),
 		Entry("a message id with capitals", invalid{
-			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("42").Message("Hello", "hi").Obj() },
+			obj: func(ns string) client.Object {
+				return MakeSession("s", ns, "p").Issue("42").Message("Hello", "hi").Obj()
+			},
 			want: `spec.messages[0].id: Invalid value: "Hello": spec.messages[0].id in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`,
 		}),
 		Entry("an unknown desired state", invalid{
