@@ -438,6 +438,40 @@ type MessagesStatus struct {
 	Delivered []string `json:"delivered,omitempty"`
 }
 
+// PendingNotification is a notification not yet delivered to every route that takes it. Keeping
+// it in status makes delivery survive a manager restart (at least once; receivers deduplicate on
+// the id, sent as X-Shepherd-Delivery).
+type PendingNotification struct {
+	// ID of the notification, stable across retries.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	ID string `json:"id"`
+	// Type is the event ("ci.failing", "merge.completed", ...).
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Type string `json:"type"`
+	// Priority of the notification.
+	// +required
+	Priority Priority `json:"priority"`
+	// Reason is the event reason.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason,omitempty"`
+	// Message for humans.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	Message string `json:"message,omitempty"`
+	// Routes still to deliver to.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	Routes []string `json:"routes,omitempty"`
+	// CreatedTime is when the event happened.
+	// +optional
+	CreatedTime *metav1.Time `json:"createdTime,omitempty"`
+}
+
 // GraceStatus tracks a missing or contradictory signal, so that one lost observation never
 // declares the agent gone.
 type GraceStatus struct {
@@ -521,6 +555,13 @@ type AgentSessionStatus struct {
 	// Messages tracks delivery of messages to the agent.
 	// +optional
 	Messages MessagesStatus `json:"messages,omitempty"`
+
+	// Notifications not yet delivered to their routes (Kubernetes Events are emitted at once).
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=32
+	Notifications []PendingNotification `json:"notifications,omitempty"`
 
 	// Grace tracks a missing signal during its grace period.
 	// +optional
