@@ -262,9 +262,11 @@ type PullRequestStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	MergeCommitSHA string `json:"mergeCommitSHA,omitempty"`
-	// LastSyncTime is when this was read from the forge.
+	// LastChangeTime is when a fact above last changed on the forge as Shepherd saw it. It does not
+	// move on every poll, so that an unchanged pull request costs no status write; freshness is
+	// in the shepherd_scm_pull_request_age_seconds metric.
 	// +optional
-	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+	LastChangeTime *metav1.Time `json:"lastChangeTime,omitempty"`
 }
 
 // ActivityState is what the agent is doing, as the runner reports it.
@@ -479,7 +481,9 @@ type GraceStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Signal string `json:"signal,omitempty"`
-	// Since is when the signal was first seen missing.
+	// Since is the start of the current observation window: the signal has been missing since at
+	// least then. After a pause in observations (a manager restart) the window slides forward, so
+	// the pause counts as one observation, not as proof that the agent is gone.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
 	// Observations counts consecutive observations with the signal missing.

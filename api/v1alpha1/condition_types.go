@@ -136,7 +136,6 @@ const (
 	ReasonMergeBlocked       = "MergeBlocked"
 	ReasonMergeStateUnknown  = "MergeStateUnknown"
 	ReasonEscalated          = "Escalated"
-	ReasonTerminal           = "Terminal"
 	ReasonSessionStopped     = "SessionStopped"
 	ReasonSessionDone        = "SessionDone"
 	ReasonSessionErrored     = "SessionErrored"

@@ -74,8 +74,6 @@ const (
 	ReasonRestored = "Restored"
 	// ReasonRunnerSilent: the pod runs but its runner has not reported within the grace period.
 	ReasonRunnerSilent = "RunnerSilent"
-	// ReasonPullRequestPending: the runner reported a pull request the forge does not show yet.
-	ReasonPullRequestPending = "PullRequestPending"
 	// ReasonPullRequestUpdated: the pull request's head commit changed.
 	ReasonPullRequestUpdated = "PullRequestUpdated"
 	// ReasonCIFixSent: the CI failure was sent to the agent.
@@ -90,8 +88,6 @@ const (
 	ReasonMergeRequested = "MergeRequested"
 	// ReasonMergeCompleted: the merge Shepherd requested went through.
 	ReasonMergeCompleted = "MergeCompleted"
-	// ReasonNotified: humans were notified through the Project's routes.
-	ReasonNotified = "Notified"
 	// ReasonAgentFixing: the agent was sent the failure and is expected to push a fix.
 	ReasonAgentFixing = "AgentFixing"
 	// ReasonAwaitingHuman: the reaction for this trigger only notifies (or is None); a human acts.

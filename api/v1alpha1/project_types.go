@@ -405,9 +405,11 @@ type ReactionsSpec struct {
 	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
 	NeedsInput *Reaction `json:"needsInput,omitempty"`
 
-	// Exited: the agent process ended without a pull request. Default: Notify.
+	// Exited: the agent process ended without a pull request. Default: Notify. SendToAgent is
+	// refused: there is no agent left to send to (set the session Running again to restart it).
 	// +optional
 	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
+	// +kubebuilder:validation:XValidation:rule=`self.action != 'SendToAgent'`,message="action SendToAgent is not valid for exited: the agent has exited; use Notify or None"
 	Exited *Reaction `json:"exited,omitempty"`
 }
 

@@ -887,8 +887,8 @@ func (in *PullRequestStatus) DeepCopyInto(out *PullRequestStatus) {
 		*out = make([]CheckRef, len(*in))
 		copy(*out, *in)
 	}
-	if in.LastSyncTime != nil {
-		in, out := &in.LastSyncTime, &out.LastSyncTime
+	if in.LastChangeTime != nil {
+		in, out := &in.LastChangeTime, &out.LastChangeTime
 		*out = (*in).DeepCopy()
 	}
 }

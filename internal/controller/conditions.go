@@ -1,0 +1,56 @@
+package controller
+
+import (
+	"errors"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// setCondition sets a condition with the object's generation.
+func setCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(conds, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: truncateMessage(msg), ObservedGeneration: generation,
+	})
+}
+
+// setKstatus sets Ready, Reconciling and Stalled from the reconcile's outcome, the kstatus way:
+// Reconciling and Stalled are present only when true. ready says whether the object reached its
+// desired state when err is nil; readyReason/readyMsg explain it.
+func setKstatus(conds *[]metav1.Condition, generation int64, err error, ready bool, readyReason, readyMsg string) {
+	var stalling *StallingError
+	var waiting *WaitingError
+	switch {
+	case err == nil && ready:
+		setCondition(conds, generation, agentsv1alpha1.ConditionReady, metav1.ConditionTrue, readyReason, readyMsg)
+		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionReconciling)
+		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionStalled)
+	case err == nil:
+		setCondition(conds, generation, agentsv1alpha1.ConditionReady, metav1.ConditionFalse, readyReason, readyMsg)
+		setCondition(conds, generation, agentsv1alpha1.ConditionReconciling, metav1.ConditionTrue, readyReason, readyMsg)
+		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionStalled)
+	case errors.As(err, &stalling):
+		setCondition(conds, generation, agentsv1alpha1.ConditionReady, metav1.ConditionFalse, stalling.Reason, err.Error())
+		setCondition(conds, generation, agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, stalling.Reason, err.Error())
+		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionReconciling)
+	case errors.As(err, &waiting):
+		setCondition(conds, generation, agentsv1alpha1.ConditionReady, metav1.ConditionFalse, waiting.Reason, err.Error())
+		setCondition(conds, generation, agentsv1alpha1.ConditionReconciling, metav1.ConditionTrue, waiting.Reason, err.Error())
+		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionStalled)
+	default:
+		setCondition(conds, generation, agentsv1alpha1.ConditionReady, metav1.ConditionFalse, agentsv1alpha1.ReasonReconcileError, err.Error())
+		setCondition(conds, generation, agentsv1alpha1.ConditionReconciling, metav1.ConditionTrue, agentsv1alpha1.ReasonReconcileError, err.Error())
+		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionStalled)
+	}
+}
+
+// truncateMessage keeps condition messages within the API's 32 KiB limit and readable.
+func truncateMessage(s string) string {
+	const limit = 1024
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit] + "…"
+}

@@ -1,0 +1,265 @@
+package lifecycle
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// maxConditionMessage is metav1.Condition's limit on a message.
+const maxConditionMessage = 32768
+
+// conditions sets every condition this package owns on a copy of the previous list.
+// LastTransitionTime moves only when a condition's status changes (meta.SetStatusCondition).
+func (e *eval) conditions(d Decision) []metav1.Condition {
+	conds := make([]metav1.Condition, 0, len(e.prev.Conditions)+10)
+	for _, c := range e.prev.Conditions {
+		conds = append(conds, *c.DeepCopy())
+	}
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&conds, metav1.Condition{
+			Type: t, Status: s, Reason: reason, Message: clip(msg, maxConditionMessage),
+			ObservedGeneration: e.in.Generation, LastTransitionTime: metav1.NewTime(e.now),
+		})
+	}
+	only := func(t string, on bool, reason, msg string) {
+		if on {
+			set(t, metav1.ConditionTrue, reason, msg)
+		} else {
+			meta.RemoveStatusCondition(&conds, t)
+		}
+	}
+
+	stalled, stalledReason, stalledMsg := e.stalled(d)
+	reconciling, recReason, recMsg := e.reconciling(d)
+	// kstatus reads Reconciling before Stalled; a session that needs a human is not in progress.
+	only(agentsv1alpha1.ConditionReconciling, reconciling && !stalled, recReason, recMsg)
+	only(agentsv1alpha1.ConditionStalled, stalled, stalledReason, stalledMsg)
+
+	if ready(e.phase) {
+		set(agentsv1alpha1.ConditionReady, metav1.ConditionTrue, e.reason, e.message)
+	} else {
+		set(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, e.reason, e.message)
+	}
+	s, r, m := e.workspaceCondition()
+	set(agentsv1alpha1.ConditionWorkspaceReady, s, r, m)
+	s, r, m = e.agentCondition()
+	set(agentsv1alpha1.ConditionAgentRunning, s, r, m)
+	s, r, m = e.pullRequestCondition()
+	set(agentsv1alpha1.ConditionPullRequestOpen, s, r, m)
+	s, r, m = e.checksCondition()
+	set(agentsv1alpha1.ConditionChecksPassing, s, r, m)
+	s, r, m = e.reviewCondition()
+	set(agentsv1alpha1.ConditionReviewApproved, s, r, m)
+	s, r, m = e.mergeableCondition()
+	set(agentsv1alpha1.ConditionMergeable, s, r, m)
+
+	attention, aReason, aMsg := stalled, stalledReason, stalledMsg
+	if !attention && e.phase == agentsv1alpha1.PhaseMergeable && e.s.reaction(agentsv1alpha1.TriggerApprovedAndGreen).Action != agentsv1alpha1.ReactionMerge {
+		attention, aReason, aMsg = true, agentsv1alpha1.ReasonMergeable, e.message+": a human merges it"
+	}
+	if attention {
+		set(agentsv1alpha1.ConditionNeedsAttention, metav1.ConditionTrue, aReason, aMsg)
+	} else {
+		set(agentsv1alpha1.ConditionNeedsAttention, metav1.ConditionFalse, agentsv1alpha1.ReasonNothingNeedsAction, "Nothing needs a human")
+	}
+	return conds
+}
+
+// ready: the session reached what its spec asks for: its work merged or ended (Merged, Done),
+// or it is Stopped as asked. `kubectl wait --for=condition=Ready` thus waits for the outcome;
+// a live session reports Reconciling (or Stalled) meanwhile, which kstatus reads as InProgress.
+func ready(p agentsv1alpha1.SessionPhase) bool {
+	switch p {
+	case agentsv1alpha1.PhaseMerged, agentsv1alpha1.PhaseDone, agentsv1alpha1.PhaseStopped:
+		return true
+	}
+	return false
+}
+
+// stalled: progress needs a human.
+func (e *eval) stalled(d Decision) (bool, string, string) {
+	switch {
+	case e.phase == agentsv1alpha1.PhaseErrored, e.phase == agentsv1alpha1.PhaseNeedsInput, e.phase == agentsv1alpha1.PhaseStuck:
+		return true, e.reason, e.message
+	case e.phase == agentsv1alpha1.PhaseSpawning && e.reason == agentsv1alpha1.ReasonWorktreeNotFound:
+		return true, e.reason, e.message
+	case e.phase.IsTerminal():
+		return false, "", ""
+	}
+	for _, r := range d.Reactions {
+		if r.Escalated && r.Episode != "" {
+			return true, agentsv1alpha1.ReasonEscalated, fmt.Sprintf("The %s reaction escalated to a human after %d attempt(s)", r.Trigger, r.Attempts)
+		}
+	}
+	if t := e.phaseTrigger(); t != "" {
+		if a := e.s.reaction(t).Action; a != agentsv1alpha1.ReactionSendToAgent {
+			return true, agentsv1alpha1.ReasonAwaitingHuman, fmt.Sprintf("%s; the %s reaction is %s, so a human acts", e.message, t, a)
+		}
+	}
+	return false, "", ""
+}
+
+// reconciling: the session is live and on its way, by Shepherd's or the agent's work or by the
+// pull request's normal course (checks running, a review awaited).
+func (e *eval) reconciling(d Decision) (bool, string, string) {
+	switch {
+	case e.phase.IsTerminal():
+		return false, "", ""
+	case e.signal != "" && !e.graceExpired:
+		return true, agentsv1alpha1.ReasonSignalGrace, "Waiting out a missing signal: " + e.signalDetail + " (" + e.graceProgress() + ")"
+	}
+	if t := e.phaseTrigger(); t != "" {
+		for _, r := range d.Reactions {
+			if r.Trigger == t && r.Attempts > 0 && r.Episode != "" {
+				return true, agentsv1alpha1.ReasonAgentFixing, fmt.Sprintf("%s; sent to the agent (attempt %d)", e.message, r.Attempts)
+			}
+		}
+	}
+	return true, e.reason, e.message
+}
+
+// phaseTrigger is the trigger an agent-fixable phase answers to.
+func (e *eval) phaseTrigger() agentsv1alpha1.ReactionTrigger {
+	switch e.phase {
+	case agentsv1alpha1.PhaseCIFailed:
+		return agentsv1alpha1.TriggerCIFailed
+	case agentsv1alpha1.PhaseChangesRequested:
+		return agentsv1alpha1.TriggerChangesRequested
+	}
+	return ""
+}
+
+func (e *eval) workspaceCondition() (metav1.ConditionStatus, string, string) {
+	ws := e.in.Workspace
+	switch {
+	case ws.NotFound:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonWorktreeNotFound, "The Worktree named by spec.worktreeRef does not exist"
+	case ws.Phase == agentsv1alpha1.WorktreeReady:
+		return metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded, "The Worktree is Ready"
+	case ws.Phase == "" || ws.Phase == agentsv1alpha1.WorktreePending:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonWorkspacePending, withDetail("The Worktree is not ready yet", ws.Message)
+	}
+	return metav1.ConditionFalse, workspaceReason(ws), withDetail("The Worktree is "+string(ws.Phase), ws.Message)
+}
+
+func (e *eval) agentCondition() (metav1.ConditionStatus, string, string) {
+	a := e.agent
+	switch e.phase {
+	case agentsv1alpha1.PhaseQueued:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonQueued, "The session is queued"
+	case agentsv1alpha1.PhaseStopped:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonAgentStopped, "The session is Stopped"
+	case agentsv1alpha1.PhaseMerged, agentsv1alpha1.PhaseDone, agentsv1alpha1.PhaseErrored:
+		if a.exit != nil {
+			return metav1.ConditionFalse, agentsv1alpha1.ReasonAgentExited, "The agent exited (" + a.exit.describe() + ")"
+		}
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonAgentStopped, "The session has ended"
+	}
+	switch {
+	case a.live:
+		switch a.state {
+		case agentsv1alpha1.ActivityWaitingForInput:
+			return metav1.ConditionTrue, agentsv1alpha1.ReasonWaitingForInput, questionMessage(e.in.Runner.Question)
+		case agentsv1alpha1.ActivityBlocked:
+			return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentBlocked, withDetail("The agent is blocked", e.in.Runner.Message)
+		}
+		if e.idle() {
+			return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentIdle, "No agent activity for " + e.silence().String()
+		}
+		return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentActive, "The agent is running"
+	case a.exit != nil:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonAgentExited, "The agent exited (" + a.exit.describe() + ")"
+	case e.signal != "" && e.signal != signalPullRequest && !e.graceExpired:
+		return metav1.ConditionUnknown, agentsv1alpha1.ReasonSignalGrace, e.signalDetail + " (" + e.graceProgress() + ")"
+	case e.signal == signalRunner:
+		return metav1.ConditionUnknown, agentsv1alpha1.ReasonRunnerSilent, e.signalDetail
+	case e.signal == signalPod:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonPodMissing, e.signalDetail
+	case e.signal == signalContainer:
+		return metav1.ConditionFalse, containerReason(e.in.Pod.WaitingReason), e.signalDetail
+	}
+	return metav1.ConditionFalse, agentsv1alpha1.ReasonPodPending, "The agent is not running yet"
+}
+
+func (e *eval) pullRequestCondition() (metav1.ConditionStatus, string, string) {
+	p := e.pr
+	switch {
+	case !p.known:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonNoPullRequest, "No pull request yet"
+	case p.state == agentsv1alpha1.PullRequestMerged:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonPullRequestMerged, "Pull request " + p.ref() + " was merged"
+	case p.state == agentsv1alpha1.PullRequestClosed:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonPullRequestClosed, "Pull request " + p.ref() + " was closed without merging"
+	case p.draft:
+		return metav1.ConditionTrue, agentsv1alpha1.ReasonPullRequestDraft, "Draft pull request " + p.ref() + " is open: " + orDefault(p.url, p.ref())
+	}
+	return metav1.ConditionTrue, agentsv1alpha1.ReasonPullRequestOpened, "Pull request " + p.ref() + " is open: " + orDefault(p.url, p.ref())
+}
+
+func (e *eval) checksCondition() (metav1.ConditionStatus, string, string) {
+	p := e.pr
+	if !p.known {
+		return metav1.ConditionUnknown, agentsv1alpha1.ReasonNoPullRequest, "No pull request yet"
+	}
+	at := " on " + p.ref() + " at " + short(p.headSHA)
+	switch p.checks {
+	case agentsv1alpha1.ChecksPassing:
+		return metav1.ConditionTrue, agentsv1alpha1.ReasonChecksPassed, "Checks pass" + at
+	case agentsv1alpha1.ChecksFailing:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonChecksFailed, "Checks failed" + at + failedNames(p.failed)
+	case agentsv1alpha1.ChecksPending:
+		return metav1.ConditionUnknown, agentsv1alpha1.ReasonChecksPending, "Checks are running" + at
+	}
+	return metav1.ConditionTrue, agentsv1alpha1.ReasonNoChecks, "No checks" + at
+}
+
+func (e *eval) reviewCondition() (metav1.ConditionStatus, string, string) {
+	p := e.pr
+	if !p.known {
+		return metav1.ConditionUnknown, agentsv1alpha1.ReasonNoPullRequest, "No pull request yet"
+	}
+	switch p.review {
+	case agentsv1alpha1.ReviewApproved:
+		return metav1.ConditionTrue, agentsv1alpha1.ReasonApproved, "Pull request " + p.ref() + " is approved"
+	case agentsv1alpha1.ReviewChangesRequested:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonChangesRequested, "A reviewer requested changes on " + p.ref()
+	case agentsv1alpha1.ReviewRequired:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonReviewRequired, "Pull request " + p.ref() + " waits for a review"
+	}
+	return metav1.ConditionTrue, agentsv1alpha1.ReasonNoReviewRequired, "No review is required on " + p.ref()
+}
+
+func (e *eval) mergeableCondition() (metav1.ConditionStatus, string, string) {
+	p := e.pr
+	switch {
+	case !p.known:
+		return metav1.ConditionUnknown, agentsv1alpha1.ReasonNoPullRequest, "No pull request yet"
+	case p.state == agentsv1alpha1.PullRequestMerged:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonPullRequestMerged, "Pull request " + p.ref() + " was merged"
+	case p.state == agentsv1alpha1.PullRequestClosed:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonPullRequestClosed, "Pull request " + p.ref() + " was closed"
+	case e.mergeable():
+		return metav1.ConditionTrue, agentsv1alpha1.ReasonMergeable, "Pull request " + p.ref() + " can merge at " + short(p.headSHA)
+	case p.draft:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonPullRequestDraft, "Pull request " + p.ref() + " is a draft"
+	case p.mergeState == agentsv1alpha1.MergeStateDirty:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonMergeConflict, "Pull request " + p.ref() + " conflicts with " + orDefault(p.baseBranch, "its base")
+	case p.checks == agentsv1alpha1.ChecksFailing:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonChecksFailed, "Checks failed on " + p.ref()
+	case p.review == agentsv1alpha1.ReviewChangesRequested:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonChangesRequested, "A reviewer requested changes on " + p.ref()
+	case p.review == agentsv1alpha1.ReviewRequired:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonReviewRequired, "Pull request " + p.ref() + " waits for a review"
+	case p.mergeState == agentsv1alpha1.MergeStateBehind:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonBehindBase, "Pull request " + p.ref() + " is behind " + orDefault(p.baseBranch, "its base") + ", which must be up to date to merge"
+	case p.mergeState == agentsv1alpha1.MergeStateBlocked:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonMergeBlocked, "Branch protection blocks merging " + p.ref()
+	case p.checks == agentsv1alpha1.ChecksPending:
+		return metav1.ConditionUnknown, agentsv1alpha1.ReasonChecksPending, "Checks are running on " + p.ref()
+	}
+	return metav1.ConditionUnknown, agentsv1alpha1.ReasonMergeStateUnknown, "The forge has not said whether " + p.ref() + " can merge"
+}

@@ -1,0 +1,447 @@
+package lifecycle
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// eval is one decision in progress: the input, what was derived from it, and the outputs.
+type eval struct {
+	in   Input
+	now  time.Time
+	s    Settings
+	prev *agentsv1alpha1.AgentSessionStatus
+	// prevPhase is the previous phase; "" for a new session.
+	prevPhase agentsv1alpha1.SessionPhase
+	// runPrev is the previous phase as the runtime rules see it: Spawning for a session that is
+	// new, leaving the queue or being restored.
+	runPrev agentsv1alpha1.SessionPhase
+
+	pr prFacts
+	// prStatus is the pull request to persist.
+	prStatus *agentsv1alpha1.PullRequestStatus
+
+	agent agentFacts
+	// signal is the missing or contradictory signal under grace ("" when none).
+	signal       string
+	signalDetail string
+	grace        *agentsv1alpha1.GraceStatus
+	graceExpired bool
+
+	phase    agentsv1alpha1.SessionPhase
+	reason   string
+	message  string
+	restored bool
+	// exitedNow is true when this decision ends the session because its agent exited without a
+	// pull request; the exited reaction runs in this decision only.
+	exitedNow bool
+	// podLostNow is true when this decision respawns an agent whose pod was declared gone.
+	podLostNow bool
+	// lostDetail says why the agent was declared gone, for the event.
+	lostDetail string
+	// ranRuntime is true when the phase came from the runtime rules (a running session), the
+	// only place where an agent's exit is news.
+	ranRuntime bool
+
+	reactions map[agentsv1alpha1.ReactionTrigger]*agentsv1alpha1.ReactionStatus
+	events    []Event
+	// reactionEvents follow the fact and phase events in the decision.
+	reactionEvents []Event
+	actions        []Action
+	outbox         []agentsv1alpha1.OutboxMessage
+	requeue        time.Duration
+}
+
+// Decide computes the session's phase, conditions, events, actions and bookkeeping from the
+// evidence in in. It is deterministic and total: the same input always gives the same
+// decision, and no input panics.
+func Decide(in Input) Decision {
+	e := &eval{
+		in:        in,
+		now:       in.Now.UTC().Truncate(time.Second),
+		s:         in.Settings.withDefaults(),
+		prev:      &in.Previous,
+		prevPhase: in.Previous.Phase,
+		runPrev:   in.Previous.Phase,
+	}
+	e.reactions = make(map[agentsv1alpha1.ReactionTrigger]*agentsv1alpha1.ReactionStatus, len(Triggers))
+	for i := range in.Previous.Reactions {
+		r := in.Previous.Reactions[i].DeepCopy()
+		e.reactions[r.Trigger] = r
+	}
+	e.readPullRequest()
+	e.readAgent()
+	e.decidePhase()
+	e.queueUserMessages()
+	e.runReactions()
+	e.builtinNotifications()
+	e.transitionEvents()
+	return e.decision()
+}
+
+func (e *eval) set(p agentsv1alpha1.SessionPhase, reason, message string) {
+	e.phase, e.reason, e.message = p, reason, message
+}
+
+func (e *eval) desired() agentsv1alpha1.SessionState {
+	if e.in.Spec.State == "" {
+		return agentsv1alpha1.SessionRunning
+	}
+	return e.in.Spec.State
+}
+
+// after records that the decision may change at t without new evidence.
+func (e *eval) after(t time.Time) {
+	d := t.Sub(e.now)
+	if d < time.Second {
+		d = time.Second
+	}
+	if e.requeue == 0 || d < e.requeue {
+		e.requeue = d
+	}
+}
+
+func (e *eval) decision() Decision {
+	d := Decision{
+		Phase:              e.phase,
+		Reason:             e.reason,
+		Message:            e.message,
+		Events:             e.events,
+		Actions:            e.actions,
+		Grace:              e.grace,
+		PullRequest:        e.prStatus,
+		Activity:           e.activityStatus(),
+		Outbox:             e.outbox,
+		Restored:           e.restored || e.podLostNow,
+		ObservedGeneration: e.in.Generation,
+		RequeueAfter:       e.requeue,
+	}
+	d.PhaseTransitionTime = metav1.NewTime(e.now)
+	if e.phase == e.prevPhase && e.prev.PhaseTransitionTime != nil {
+		d.PhaseTransitionTime = *e.prev.PhaseTransitionTime.DeepCopy()
+	}
+	if e.phase.IsTerminal() {
+		// Nothing is waited for any more.
+		d.Grace = nil
+	}
+	for _, t := range Triggers {
+		if r, ok := e.reactions[t]; ok && !isEmptyReaction(r) {
+			d.Reactions = append(d.Reactions, *r)
+		}
+	}
+	if e.agent.current {
+		d.AgentSessionID = e.in.Runner.AgentSessionID
+		d.Summary = e.in.Runner.Summary
+		if e.in.Runner.Usage != nil {
+			d.Usage = e.in.Runner.Usage.DeepCopy()
+		}
+	}
+	d.AdmittedTime = e.prev.AdmittedTime.DeepCopy()
+	if d.AdmittedTime == nil && e.in.Spec.Admitted && (e.phase == agentsv1alpha1.PhaseSpawning || e.agent.live) {
+		d.AdmittedTime = ptr(metav1.NewTime(e.now))
+	}
+	d.StartTime = e.prev.StartTime.DeepCopy()
+	if d.StartTime == nil && e.agent.live {
+		d.StartTime = ptr(metav1.NewTime(e.now))
+	}
+	d.CompletionTime = e.prev.CompletionTime.DeepCopy()
+	switch {
+	case !e.phase.IsTerminal():
+		d.CompletionTime = nil
+	case d.CompletionTime == nil || e.phase != e.prevPhase:
+		d.CompletionTime = ptr(metav1.NewTime(e.now))
+	}
+	d.Conditions = e.conditions(d)
+	return d
+}
+
+func isEmptyReaction(r *agentsv1alpha1.ReactionStatus) bool {
+	return r.Episode == "" && r.LastAttemptKey == "" && r.Attempts == 0 && !r.Escalated
+}
+
+// decidePhase runs the ordered rules. The first that applies wins; docs/lifecycle.md lists them
+// in the same order.
+func (e *eval) decidePhase() {
+	prev := e.prevPhase
+	admitted := e.in.Spec.Admitted
+	// entering: the session is new, leaving the queue, or being restored. The runtime rules
+	// then judge it as if it were Spawning, so that a decision is a fixed point: deciding again
+	// on the same evidence lands on the same phase.
+	entering := prev == Start || prev == agentsv1alpha1.PhaseQueued || prev == agentsv1alpha1.PhaseStopped
+	switch {
+	case prev == agentsv1alpha1.PhaseMerged:
+		// Merged is final: the work is in the base branch, nothing can undo that.
+		e.holdTerminal()
+	case e.pr.known && e.pr.state == agentsv1alpha1.PullRequestMerged:
+		// Read from the pull request itself; it ends the session from any phase, even a
+		// terminal one, because it is the outcome the session exists for.
+		e.set(agentsv1alpha1.PhaseMerged, agentsv1alpha1.ReasonPullRequestMerged, "Pull request "+e.pr.ref()+" was merged")
+	case e.desired() == agentsv1alpha1.SessionStopped:
+		e.set(agentsv1alpha1.PhaseStopped, agentsv1alpha1.ReasonSessionStopped, "The session's state is Stopped; the worktree and the conversation are kept")
+	case prev == agentsv1alpha1.PhaseDone || prev == agentsv1alpha1.PhaseErrored:
+		e.holdTerminal()
+	default:
+		switch {
+		case e.pr.known && e.pr.state == agentsv1alpha1.PullRequestClosed:
+			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonPullRequestClosed, "Pull request "+e.pr.ref()+" was closed without merging")
+		case entering && !admitted:
+			// Admission is sticky: a session that left the queue keeps its slot until it stops.
+			e.set(agentsv1alpha1.PhaseQueued, agentsv1alpha1.ReasonQueued, "Waiting for a slot under the Project's maxConcurrentSessions")
+		default:
+			if entering {
+				e.runPrev = agentsv1alpha1.PhaseSpawning
+			}
+			e.runtimePhase()
+		}
+		// The explicit restore: state went back to Running.
+		e.restored = prev == agentsv1alpha1.PhaseStopped && !e.phase.IsTerminal()
+	}
+}
+
+// holdTerminal keeps a terminal phase, with the reason it was entered for.
+func (e *eval) holdTerminal() {
+	reason, message := "", ""
+	for _, c := range e.prev.Conditions {
+		if c.Type == agentsv1alpha1.ConditionReady {
+			reason, message = c.Reason, c.Message
+		}
+	}
+	if reason == "" {
+		switch e.prevPhase {
+		case agentsv1alpha1.PhaseMerged:
+			reason = agentsv1alpha1.ReasonPullRequestMerged
+		case agentsv1alpha1.PhaseDone:
+			reason = agentsv1alpha1.ReasonSessionDone
+		default:
+			reason = agentsv1alpha1.ReasonSessionErrored
+		}
+	}
+	e.set(e.prevPhase, reason, message)
+}
+
+// runtimePhase decides a running session's phase: waiting for input beats the pull request;
+// then the runtime probes (workspace, pod, runner, activity); then the pull request's truth.
+func (e *eval) runtimePhase() {
+	e.ranRuntime = true
+	e.updateGrace()
+	a := &e.agent
+	prOpen := e.pr.known && e.pr.state == agentsv1alpha1.PullRequestOpen
+	expired := func(sig string) bool { return e.signal == sig && e.graceExpired }
+	graceMsg := func() string { return e.signalDetail + " (" + e.graceProgress() + ")" }
+
+	switch {
+	case expired(signalWorkspace):
+		e.set(agentsv1alpha1.PhaseErrored, workspaceReason(e.in.Workspace), "The workspace is unusable: "+graceMsg())
+	case expired(signalContainer):
+		e.set(agentsv1alpha1.PhaseErrored, containerReason(e.in.Pod.WaitingReason), "The agent container cannot start: "+graceMsg())
+	case a.exit != nil && !prOpen && (e.signal != signalPullRequest || e.graceExpired):
+		// A pull request the runner reported but the forge does not show is waited for, within the
+		// grace; after it, the forge is believed.
+		e.exitedNow = true
+		if a.exit.clean() {
+			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonAgentExited, "The agent exited cleanly without opening a pull request")
+		} else {
+			e.set(agentsv1alpha1.PhaseErrored, agentsv1alpha1.ReasonAgentExited, "The agent failed ("+a.exit.describe()+") without opening a pull request")
+		}
+	case a.current && a.state == agentsv1alpha1.ActivityWaitingForInput && (a.podRunning || (e.signal == signalPod && !e.graceExpired)):
+		e.set(agentsv1alpha1.PhaseNeedsInput, agentsv1alpha1.ReasonWaitingForInput, questionMessage(e.in.Runner.Question))
+	case expired(signalRunner):
+		e.set(agentsv1alpha1.PhaseStuck, agentsv1alpha1.ReasonRunnerSilent, "The agent pod runs but its runner has not reported: "+graceMsg())
+	case a.live && e.stuckBySilence(prOpen):
+		reason := agentsv1alpha1.ReasonAgentStuck
+		if a.state == agentsv1alpha1.ActivityBlocked {
+			reason = agentsv1alpha1.ReasonAgentBlocked
+		}
+		e.set(agentsv1alpha1.PhaseStuck, reason, "No agent activity for "+e.silence().String()+" (stuckAfter "+e.s.StuckAfter.String()+")")
+	case expired(signalPod) && !prOpen:
+		// The agent is gone: respawn it. The grace is spent; Spawning explains itself from here
+		// on, the same way the next decision will.
+		e.podLostNow = e.runPrev != agentsv1alpha1.PhaseSpawning
+		e.lostDetail = "The agent is gone, respawning it: " + graceMsg()
+		e.grace, e.signal, e.graceExpired = nil, "", false
+		e.spawningPhase()
+	case e.signal != "" && !e.graceExpired && !prOpen:
+		e.set(e.holdPhase(), agentsv1alpha1.ReasonSignalGrace, graceMsg())
+	case prOpen:
+		e.prPhase()
+	case !a.live:
+		e.spawningPhase()
+	default:
+		reason, msg := agentsv1alpha1.ReasonAgentActive, "The agent is working"
+		if e.idle() {
+			reason, msg = agentsv1alpha1.ReasonAgentIdle, "The agent has been idle for "+e.silence().String()
+		}
+		e.set(agentsv1alpha1.PhaseWorking, reason, msg)
+	}
+	if a.live && e.phase != agentsv1alpha1.PhaseStuck && e.silence() < e.s.StuckAfter {
+		// Wake up when silence would make it stuck, if it can.
+		idleWithPR := prOpen && (a.state == agentsv1alpha1.ActivityReady || a.state == agentsv1alpha1.ActivityIdle)
+		if !idleWithPR {
+			e.after(a.lastActivity.Add(e.s.StuckAfter))
+		}
+	}
+}
+
+// holdPhase is the phase kept while a signal is under grace: the previous one when the agent was
+// running or starting, Spawning otherwise.
+func (e *eval) holdPhase() agentsv1alpha1.SessionPhase {
+	switch e.runPrev {
+	case agentsv1alpha1.PhaseSpawning, agentsv1alpha1.PhaseWorking, agentsv1alpha1.PhaseNeedsInput, agentsv1alpha1.PhaseStuck:
+		return e.runPrev
+	}
+	return agentsv1alpha1.PhaseSpawning
+}
+
+// spawningPhase explains why an agent that never ran (or is being respawned) is not running yet.
+func (e *eval) spawningPhase() {
+	ws, pod := e.in.Workspace, e.in.Pod
+	switch {
+	case ws.NotFound:
+		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonWorktreeNotFound, "The Worktree named by spec.worktreeRef does not exist")
+	case ws.Phase != agentsv1alpha1.WorktreeReady:
+		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonWorkspacePending, withDetail("Waiting for the workspace", ws.Message))
+	case !pod.Exists || e.agent.podLost:
+		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonPodPending, "Waiting for the agent pod to be created")
+	case pod.WaitingReason != "":
+		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonPodPending, withDetail("The agent container is waiting: "+pod.WaitingReason, pod.WaitingMessage))
+	default:
+		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonSpawning, "Waiting for the runner's first report")
+	}
+}
+
+// prPhase is the pull request's truth, in the reference orchestrator's precedence.
+func (e *eval) prPhase() {
+	p := e.pr
+	switch {
+	case p.checks == agentsv1alpha1.ChecksFailing:
+		e.set(agentsv1alpha1.PhaseCIFailed, agentsv1alpha1.ReasonChecksFailed, "Checks failed on "+p.ref()+" at "+short(p.headSHA)+failedNames(p.failed))
+	case p.review == agentsv1alpha1.ReviewChangesRequested:
+		e.set(agentsv1alpha1.PhaseChangesRequested, agentsv1alpha1.ReasonChangesRequested, "A reviewer requested changes on "+p.ref())
+	case e.mergeable():
+		e.set(agentsv1alpha1.PhaseMergeable, agentsv1alpha1.ReasonMergeable, "Pull request "+p.ref()+" is approved, green and can merge")
+	case p.review == agentsv1alpha1.ReviewApproved:
+		e.set(agentsv1alpha1.PhaseApproved, agentsv1alpha1.ReasonApproved, "Pull request "+p.ref()+" is approved; "+e.notMergeableWhy())
+	case p.review == agentsv1alpha1.ReviewRequired:
+		e.set(agentsv1alpha1.PhaseReviewPending, agentsv1alpha1.ReasonReviewRequired, "Pull request "+p.ref()+" waits for a review")
+	case p.draft:
+		e.set(agentsv1alpha1.PhasePROpen, agentsv1alpha1.ReasonPullRequestDraft, "Pull request "+p.ref()+" is a draft")
+	default:
+		e.set(agentsv1alpha1.PhasePROpen, agentsv1alpha1.ReasonPullRequestOpened, "Pull request "+p.ref()+" is open; "+e.notMergeableWhy())
+	}
+}
+
+// mergeable: approved or no review required, checks green (passing, or no checks at all), no
+// conflict, not behind when the base requires it, not a draft.
+func (e *eval) mergeable() bool {
+	p := e.pr
+	if p.state != agentsv1alpha1.PullRequestOpen || p.draft {
+		return false
+	}
+	if p.review != agentsv1alpha1.ReviewApproved && p.review != agentsv1alpha1.ReviewNone && p.review != "" {
+		return false
+	}
+	if p.checks != agentsv1alpha1.ChecksPassing && p.checks != agentsv1alpha1.ChecksNone {
+		return false
+	}
+	switch p.mergeState {
+	case agentsv1alpha1.MergeStateClean:
+		return true
+	case agentsv1alpha1.MergeStateBehind:
+		// A stale view does not know whether the base requires an up-to-date head: assume it does.
+		return !p.requiresUpToDate && p.fresh
+	}
+	return false
+}
+
+func (e *eval) notMergeableWhy() string {
+	p := e.pr
+	switch {
+	case p.draft:
+		return "it is a draft"
+	case p.checks == agentsv1alpha1.ChecksPending:
+		return "checks are running"
+	case p.mergeState == agentsv1alpha1.MergeStateDirty:
+		return "it conflicts with " + orDefault(p.baseBranch, "its base")
+	case p.mergeState == agentsv1alpha1.MergeStateBehind:
+		return "it is behind " + orDefault(p.baseBranch, "its base") + ", which must be up to date to merge"
+	case p.mergeState == agentsv1alpha1.MergeStateBlocked:
+		return "branch protection blocks the merge"
+	case p.mergeState == agentsv1alpha1.MergeStateUnknown || p.mergeState == "":
+		return "the forge has not computed mergeability yet"
+	}
+	return "it cannot merge yet"
+}
+
+// stuckBySilence: an agent in the middle of a turn (Active, Blocked) that has been silent past
+// stuckAfter is stuck whatever the pull request says; one that finished its turn (Ready, Idle)
+// is only stuck when there is no pull request to wait on.
+func (e *eval) stuckBySilence(prOpen bool) bool {
+	if e.silence() < e.s.StuckAfter {
+		return false
+	}
+	switch e.agent.state {
+	case agentsv1alpha1.ActivityReady, agentsv1alpha1.ActivityIdle:
+		return !prOpen
+	}
+	return true
+}
+
+func (e *eval) silence() time.Duration {
+	d := e.now.Sub(e.agent.lastActivity)
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+func (e *eval) idle() bool {
+	return e.agent.live && e.silence() >= e.s.IdleAfter
+}
+
+func questionMessage(q string) string {
+	if q == "" {
+		return "The agent is waiting for input"
+	}
+	return "The agent asks: " + clip(q, 1024)
+}
+
+func withDetail(msg, detail string) string {
+	if detail == "" {
+		return msg
+	}
+	return msg + ": " + clip(detail, 512)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+func failedNames(checks []FailedCheck) string {
+	if len(checks) == 0 {
+		return ""
+	}
+	s := ": "
+	for i, c := range checks {
+		if i == 5 {
+			return s + ", …"
+		}
+		if i > 0 {
+			s += ", "
+		}
+		s += c.Name
+	}
+	return s
+}

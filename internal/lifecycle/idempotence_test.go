@@ -1,0 +1,149 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// roundTrip passes a status through JSON, as the API server stores it (times to whole seconds).
+func roundTrip(t testing.TB, st agentsv1alpha1.AgentSessionStatus) agentsv1alpha1.AgentSessionStatus {
+	t.Helper()
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatalf("marshal status: %v", err)
+	}
+	var out agentsv1alpha1.AgentSessionStatus
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("unmarshal status: %v", err)
+	}
+	return out
+}
+
+func statusJSON(t testing.TB, st agentsv1alpha1.AgentSessionStatus) string {
+	t.Helper()
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatalf("marshal status: %v", err)
+	}
+	return string(b)
+}
+
+// checkIdempotent decides on in, writes the decision, reads it back as the API server would,
+// and decides again on the same evidence: no events, no actions, and the status is a fixed
+// point. This is what makes a manager restart (or a reconcile storm) safe.
+func checkIdempotent(t testing.TB, in Input) {
+	t.Helper()
+	first := Decide(in)
+	written := *in.Previous.DeepCopy()
+	Apply(&written, first)
+	written = roundTrip(t, written)
+
+	again := in
+	again.Previous = written
+	second := Decide(again)
+	if len(second.Events) > 0 || len(second.Actions) > 0 {
+		t.Fatalf("deciding again on the same evidence produced events %v and actions %v (first decision: phase %s, events %v)",
+			eventTypes(second), second.Actions, first.Phase, eventTypes(first))
+	}
+	if second.Phase != first.Phase {
+		t.Fatalf("deciding again moved the phase from %s to %s", first.Phase, second.Phase)
+	}
+	rewritten := *written.DeepCopy()
+	Apply(&rewritten, second)
+	if a, b := statusJSON(t, written), statusJSON(t, roundTrip(t, rewritten)); a != b {
+		t.Fatalf("the status is not a fixed point:\nfirst:  %s\nsecond: %s", a, b)
+	}
+}
+
+func TestIdempotence(t *testing.T) {
+	type scenario struct {
+		name string
+		in   Input
+	}
+	var scenarios []scenario
+	for _, tc := range phaseCases() {
+		in := from(tc.from)
+		tc.setup(&in)
+		scenarios = append(scenarios, scenario{"transition: " + tc.name, in})
+	}
+	add := func(name string, in Input) { scenarios = append(scenarios, scenario{name, in}) }
+	add("CI failure, first attempt", withPR(t0, failing(openPR(), shaA)))
+	add("CI failure with a template", func() Input {
+		in := withPR(t0, failing(openPR(), shaA))
+		in.Settings.Reactions = map[agentsv1alpha1.ReactionTrigger]Reaction{agentsv1alpha1.TriggerCIFailed: {Action: agentsv1alpha1.ReactionSendToAgent, Message: "{{index .Checks 3}}"}}
+		return in
+	}())
+	add("review threads", withPR(t0, threadsPR(thread1, thread2)))
+	add("merge conflicts", func() Input {
+		pr := openPR()
+		pr.MergeState = agentsv1alpha1.MergeStateDirty
+		return withPR(t0, pr)
+	}())
+	add("approved and green with Merge", func() Input {
+		in := withPR(t0, approvedGreen(shaA))
+		in.Settings = mergeSettings()
+		return in
+	}())
+	add("approved and green with Notify", withPR(t0, approvedGreen(shaA)))
+	add("merged after Shepherd's merge", func() Input {
+		pr := approvedGreen(shaA)
+		pr.State = agentsv1alpha1.PullRequestMerged
+		in := withPR(t0, pr)
+		in.Settings = mergeSettings()
+		in.Previous.Phase = agentsv1alpha1.PhaseMergeable
+		in.Previous.Reactions = []agentsv1alpha1.ReactionStatus{{Trigger: agentsv1alpha1.TriggerApprovedAndGreen, LastAttemptKey: "head:" + shaA, Attempts: 1, Episode: shaA}}
+		return in
+	}())
+	add("user messages", func() Input {
+		in := running()
+		in.Spec.Messages = []agentsv1alpha1.Message{{ID: "a", Text: "one"}, {ID: "b", Text: "two"}}
+		return in
+	}())
+	add("escalation due by time", func() Input {
+		in := withPR(t0, threadsPR(thread1))
+		in.Previous.Phase = agentsv1alpha1.PhaseChangesRequested
+		in.Previous.Reactions = []agentsv1alpha1.ReactionStatus{{Trigger: agentsv1alpha1.TriggerChangesRequested, Episode: shaA,
+			EpisodeStartTime: mt(t0.Add(-time.Hour)), Attempts: 1, LastAttemptKey: fingerprint([]string{"t:" + thread1.ID})}}
+		return in
+	}())
+	add("grace after a pause", func() Input {
+		in := running()
+		in.Pod = PodEvidence{}
+		in.Previous.Grace = &agentsv1alpha1.GraceStatus{Signal: signalPod, Since: mt(t0.Add(-time.Hour)), Observations: 1}
+		return in
+	}())
+	add("grace one observation short", func() Input {
+		in := running()
+		in.Pod = PodEvidence{}
+		in.Previous.Grace = &agentsv1alpha1.GraceStatus{Signal: signalPod, Since: mt(t0.Add(-10 * time.Minute)), Observations: 2}
+		return in
+	}())
+	add("sub-second clock", func() Input {
+		in := withPR(t0.Add(700*time.Millisecond), failing(openPR(), shaA))
+		in.Runner.LastActivityTime = t0.Add(-11*time.Minute + 300*time.Millisecond)
+		return in
+	}())
+
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) { checkIdempotent(t, sc.in) })
+	}
+}
+
+func TestRestartKeepsAttempts(t *testing.T) {
+	g := NewWithT(t)
+	s := newSim(running().Previous)
+	s.step(withPR(t0, failing(openPR(), shaA)))
+	s.step(withPR(t0.Add(5*time.Minute), failing(openPR(), shaB)))
+
+	// A new manager reads the status from the API server and sees C fail: the third failure
+	// escalates; nothing was forgotten.
+	s.status = roundTrip(t, s.status)
+	d := s.step(withPR(t0.Add(10*time.Minute), failing(openPR(), shaC)))
+	g.Expect(actionsOf(d, ActionEscalate)).To(HaveLen(1))
+	g.Expect(actionsOf(d, ActionSendToAgent)).To(BeEmpty())
+}

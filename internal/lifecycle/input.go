@@ -1,0 +1,191 @@
+package lifecycle
+
+import (
+	"time"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// Input is everything one decision looks at. The controller gathers it; nothing in it is
+// fetched by this package.
+type Input struct {
+	// Now is the clock. Decide truncates it to whole seconds, the precision a status keeps, so
+	// that a decision read back from the API server compares equal to the one written.
+	Now time.Time
+	// Generation of the AgentSession; every condition carries it as observedGeneration.
+	Generation int64
+
+	Spec      SpecEvidence
+	Settings  Settings
+	Workspace WorkspaceEvidence
+	Pod       PodEvidence
+	Runner    RunnerEvidence
+	// PullRequest is the session's own pull request, read from the forge by number (or by
+	// branch until a number is known), never inferred from other pull requests.
+	PullRequest PullRequestEvidence
+
+	// Previous is the status as last written (by Apply). It is only read.
+	Previous agentsv1alpha1.AgentSessionStatus
+}
+
+// SpecEvidence is what the user asks for.
+type SpecEvidence struct {
+	// State is the desired state; empty means Running.
+	State agentsv1alpha1.SessionState
+	// Admitted is true when the Project's limits let the session run. Admission is sticky: once
+	// a session left the queue it keeps its slot until it stops or ends, whatever this says.
+	Admitted bool
+	// Messages are spec.messages, in order.
+	Messages []agentsv1alpha1.Message
+}
+
+// WorkspaceEvidence is the session's Worktree.
+type WorkspaceEvidence struct {
+	// Phase of the Worktree; empty when it was not created yet.
+	Phase agentsv1alpha1.WorktreePhase
+	// NotFound is true when spec.worktreeRef names a Worktree that does not exist.
+	NotFound bool
+	// Message from the Worktree's status, quoted in conditions.
+	Message string
+}
+
+// PodPhase mirrors the Kubernetes pod phase, so that this package does not import k8s.io/api.
+type PodPhase string
+
+// Pod phases.
+const (
+	PodPending   PodPhase = "Pending"
+	PodRunning   PodPhase = "Running"
+	PodSucceeded PodPhase = "Succeeded"
+	PodFailed    PodPhase = "Failed"
+	PodUnknown   PodPhase = "Unknown"
+)
+
+// PodEvidence is the agent pod and its agent container.
+type PodEvidence struct {
+	// Exists is false when there is no agent pod.
+	Exists bool
+	// UID of the pod; runner reports name the pod they came from.
+	UID string
+	// Phase of the pod.
+	Phase PodPhase
+	// Reason of the pod's status, for example Evicted.
+	Reason string
+	// Deleting is true once the pod has a deletion timestamp.
+	Deleting bool
+	// NodeLost is true when the pod's node is gone or NotReady past the cluster's own timeout.
+	NodeLost bool
+	// ContainerRunning is true when the agent container runs.
+	ContainerRunning bool
+	// WaitingReason of the agent container, for example ImagePullBackOff or CrashLoopBackOff.
+	WaitingReason string
+	// WaitingMessage that goes with WaitingReason.
+	WaitingMessage string
+	// Terminated is the agent container's last termination, when it is not running.
+	Terminated *ContainerExit
+	// Restarts of the agent container.
+	Restarts int32
+}
+
+// ContainerExit is how a container ended.
+type ContainerExit struct {
+	ExitCode int32
+	// Reason, for example OOMKilled or Error.
+	Reason string
+}
+
+// RunnerEvidence is the runner's last report about the agent.
+type RunnerEvidence struct {
+	// Reported is false until the runner of any pod of this session has reported.
+	Reported bool
+	// PodUID names the pod the report came from (the runner proves it with its token).
+	PodUID string
+	// ReportTime is when the manager received the report.
+	ReportTime time.Time
+	// State of the agent.
+	State agentsv1alpha1.ActivityState
+	// LastActivityTime is when the agent last did something; zero falls back to ReportTime.
+	LastActivityTime time.Time
+	// Question the agent asked, when waiting for input.
+	Question string
+	// ExitCode once exited; nil with State Exited counts as a failure.
+	ExitCode *int32
+	// Message is the last error or the last lines of output.
+	Message string
+	// PullRequestNumber is the pull request the runner opened or updated, 0 if none.
+	PullRequestNumber int64
+	// AgentSessionID is the agent's own conversation id.
+	AgentSessionID string
+	// Summary of the work, from the agent.
+	Summary string
+	// Usage: cost and tokens.
+	Usage *agentsv1alpha1.UsageStatus
+}
+
+// PullRequestEvidence is the session's pull request as the forge reports it.
+type PullRequestEvidence struct {
+	// Observed is false when the forge was not read this time (not yet, rate limited, down):
+	// the engine then keeps the pull request from the previous status and runs no reaction
+	// that needs fresh details.
+	Observed bool
+	// Exists is false when the forge shows no pull request for the branch. A pull request the
+	// session already knows never disappears: Exists=false for a known number is treated as
+	// not observed.
+	Exists bool
+
+	Number     int64
+	URL        string
+	Title      string
+	State      agentsv1alpha1.PullRequestState
+	Draft      bool
+	HeadSHA    string
+	HeadBranch string
+	BaseBranch string
+	// MergeState as the forge reports it (GitHub's mergeStateStatus; conflicts are Dirty).
+	MergeState agentsv1alpha1.MergeState
+	// BaseRequiresUpToDate is true when branch protection requires the head to be up to date
+	// with the base before merging, so Behind blocks a merge.
+	BaseRequiresUpToDate bool
+	ReviewDecision       agentsv1alpha1.ReviewDecision
+	// Threads are the unresolved review threads.
+	Threads []ReviewThread
+	// ChangeRequests are the reviews whose latest state requests changes.
+	ChangeRequests []Review
+	Checks         ChecksEvidence
+	MergeCommitSHA string
+}
+
+// ReviewThread is one unresolved review thread.
+type ReviewThread struct {
+	ID     string
+	Author string
+	Path   string
+	Line   int
+	Body   string
+	URL    string
+}
+
+// Review is one review that requests changes.
+type Review struct {
+	ID     string
+	Author string
+	Body   string
+	URL    string
+}
+
+// ChecksEvidence is the checks rollup on the head commit.
+type ChecksEvidence struct {
+	// State of the required checks (or of all checks when none is required): Failing when any
+	// failed, errored, timed out or was cancelled; Pending while any runs; None when there are
+	// no checks at all.
+	State                   agentsv1alpha1.ChecksState
+	Passed, Failed, Pending int32
+	FailedChecks            []FailedCheck
+}
+
+// FailedCheck is one failed check, with the end of its log when the forge gave it.
+type FailedCheck struct {
+	Name       string
+	URL        string
+	LogExcerpt string
+}

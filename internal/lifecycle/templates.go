@@ -1,0 +1,200 @@
+package lifecycle
+
+import (
+	"fmt"
+	"strings"
+	"text/template"
+	"unicode/utf8"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// MaxMessageBytes bounds a message to the agent (status.messages.pending[].text allows 16384).
+const MaxMessageBytes = 16384
+
+// maxExcerptBytes bounds each check's log excerpt, so that every failed check fits in one
+// message; the end of a log is kept because that is where the error is.
+const maxExcerptBytes = 3000
+
+// MessageData is what a reaction's message template sees.
+type MessageData struct {
+	Trigger agentsv1alpha1.ReactionTrigger
+	// Attempt is this attempt's number in the episode, from 1.
+	Attempt int32
+	// Retries is the episode's attempt limit; 0 when there is none.
+	Retries     int32
+	PullRequest PullRequestData
+	// Checks are the failed checks (ciFailed).
+	Checks []FailedCheck
+	// Threads are the review threads not sent before (changesRequested).
+	Threads []ReviewThread
+	// Reviews are the reviews requesting changes not sent before (changesRequested).
+	Reviews []Review
+	// OtherOpenThreads counts unresolved threads and reviews that were sent earlier.
+	OtherOpenThreads int
+	// Question the agent asked (needsInput).
+	Question string
+	// IdleFor is how long the agent has been silent, for example "12m0s" (stuck).
+	IdleFor string
+}
+
+// PullRequestData identifies the pull request in a message.
+type PullRequestData struct {
+	Number     int64
+	URL        string
+	Title      string
+	HeadSHA    string
+	HeadBranch string
+	BaseBranch string
+}
+
+var funcs = template.FuncMap{
+	// short abbreviates a commit SHA the way git does in messages.
+	"short": func(s string) string {
+		if len(s) > 12 {
+			return s[:12]
+		}
+		return s
+	},
+	// indent prefixes every line with n spaces, for multi-line bodies under a list item.
+	"indent": func(n int, s string) string {
+		pad := strings.Repeat(" ", n)
+		return pad + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+pad)
+	},
+}
+
+// builtinTemplates are the messages sent when a Project's reaction has no message of its own.
+var builtinTemplates = map[agentsv1alpha1.ReactionTrigger]string{
+	agentsv1alpha1.TriggerCIFailed: `CI failed on pull request #{{.PullRequest.Number}}{{with .PullRequest.URL}} ({{.}}){{end}} at commit {{short .PullRequest.HeadSHA}}.
+Failed checks:
+{{- range .Checks}}
+- {{.Name}}{{with .URL}}: {{.}}{{end}}
+{{- with .LogExcerpt}}
+  Log excerpt:
+{{indent 4 .}}
+{{- end}}
+{{- end}}
+
+Find the cause, fix it, run the failing checks locally where you can, then commit and push to {{with .PullRequest.HeadBranch}}{{.}}{{else}}the pull request's branch{{end}}.
+{{- if .Retries}} This is attempt {{.Attempt}} of {{.Retries}}; after that a human takes over.{{end}}
+`,
+	agentsv1alpha1.TriggerMergeConflicts: `Pull request #{{.PullRequest.Number}}{{with .PullRequest.URL}} ({{.}}){{end}} has merge conflicts with {{with .PullRequest.BaseBranch}}{{.}}{{else}}its base branch{{end}}.
+Fetch origin, merge origin/{{with .PullRequest.BaseBranch}}{{.}}{{else}}<base>{{end}} into your branch, resolve every conflict keeping the intent of both sides, run the tests, then commit and push to {{with .PullRequest.HeadBranch}}{{.}}{{else}}the pull request's branch{{end}}.
+`,
+	agentsv1alpha1.TriggerChangesRequested: `Review feedback on pull request #{{.PullRequest.Number}}{{with .PullRequest.URL}} ({{.}}){{end}}:
+{{- range .Reviews}}
+- Review by {{.Author}}{{with .URL}} ({{.}}){{end}}:
+{{indent 4 .Body}}
+{{- end}}
+{{- range .Threads}}
+- {{.Path}}{{if .Line}}:{{.Line}}{{end}} by {{.Author}} (thread {{.ID}}{{with .URL}}, {{.}}{{end}}):
+{{indent 4 .Body}}
+{{- end}}
+{{- if .OtherOpenThreads}}
+{{.OtherOpenThreads}} earlier comment(s) are still unresolved.{{end}}
+
+Address each point, then commit and push to {{with .PullRequest.HeadBranch}}{{.}}{{else}}the pull request's branch{{end}}. Where you disagree, explain why in the pull request instead of changing the code.
+`,
+	agentsv1alpha1.TriggerApprovedAndGreen: `Pull request #{{.PullRequest.Number}}{{with .PullRequest.URL}} ({{.}}){{end}} is approved, its checks pass and it can merge. Nothing more is needed unless a human asks.
+`,
+	agentsv1alpha1.TriggerStuck: `You have shown no activity for {{.IdleFor}}. If you are waiting for something, say what; otherwise carry on with the task, or summarise what blocks you.
+`,
+	agentsv1alpha1.TriggerNeedsInput: `No human can answer right now. Choose the most reasonable answer to your question{{with .Question}} ("{{.}}"){{end}}, note the assumption in the pull request description, and carry on.
+`,
+	agentsv1alpha1.TriggerExited: `The agent exited.
+`,
+}
+
+// parseTemplate parses a reaction message template.
+func parseTemplate(t agentsv1alpha1.ReactionTrigger, text string) (*template.Template, error) {
+	tpl, err := template.New(string(t)).Funcs(funcs).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("parse message template: %w", err)
+	}
+	return tpl, nil
+}
+
+// checkTemplate parses text and renders it on sample data, so that a template naming a field
+// that does not exist fails when the Project is read, not when CI fails at night.
+func checkTemplate(t agentsv1alpha1.ReactionTrigger, text string) error {
+	tpl, err := parseTemplate(t, text)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	if err := tpl.Execute(&b, sampleData(t)); err != nil {
+		return fmt.Errorf("render message template: %w", err)
+	}
+	return nil
+}
+
+func sampleData(t agentsv1alpha1.ReactionTrigger) MessageData {
+	return MessageData{
+		Trigger: t, Attempt: 1, Retries: 2,
+		PullRequest: PullRequestData{Number: 1, URL: "https://example.com/pr/1", Title: "t", HeadSHA: "0123456789abcdef", HeadBranch: "feature", BaseBranch: "main"},
+		Checks:      []FailedCheck{{Name: "test", URL: "https://example.com/check", LogExcerpt: "FAIL"}},
+		Threads:     []ReviewThread{{ID: "T1", Author: "reviewer", Path: "main.go", Line: 1, Body: "nit"}},
+		Reviews:     []Review{{ID: "R1", Author: "reviewer", Body: "please change"}},
+		Question:    "which?", IdleFor: "10m0s",
+	}
+}
+
+// renderMessage renders the message of trigger t. A Project template that fails falls back to
+// the built-in message; the error is returned so that the caller can say so in an event.
+func renderMessage(t agentsv1alpha1.ReactionTrigger, custom string, data MessageData) (string, error) {
+	for i := range data.Checks {
+		data.Checks[i].LogExcerpt = tail(data.Checks[i].LogExcerpt, maxExcerptBytes)
+	}
+	var customErr error
+	if custom != "" {
+		text, err := execute(t, custom, data)
+		if err == nil {
+			return clip(text, MaxMessageBytes), nil
+		}
+		customErr = err
+	}
+	text, err := execute(t, builtinTemplates[t], data)
+	if err != nil {
+		// The built-in templates are rendered by tests on every trigger; reaching this is a bug,
+		// and the agent still gets something to act on.
+		text = fmt.Sprintf("Shepherd reaction %s on pull request #%d needs your attention.", t, data.PullRequest.Number)
+	}
+	return clip(text, MaxMessageBytes), customErr
+}
+
+func execute(t agentsv1alpha1.ReactionTrigger, text string, data MessageData) (string, error) {
+	tpl, err := parseTemplate(t, text)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if err := tpl.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("render message template: %w", err)
+	}
+	return b.String(), nil
+}
+
+// tail keeps the last n bytes of s, on a rune boundary.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := len(s) - n
+	for cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut++
+	}
+	return "…" + s[cut:]
+}
+
+// clip keeps the first n bytes of s, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "\n…(truncated)"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
