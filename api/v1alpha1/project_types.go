@@ -135,8 +135,10 @@ type SCMSpec struct {
 	// +optional
 	WebhookSecretRef *SecretKeyRef `json:"webhookSecretRef,omitempty"`
 
-	// PollInterval is the longest any pull request's state may go unrefreshed. Defaults to 1m;
-	// between 10s and 1h.
+	// PollInterval is the longest any pull request's state may go unrefreshed while no webhooks
+	// arrive from the repository. While verified webhooks arrive, changes land within seconds and
+	// the safety-net poll relaxes to 10 times this interval (at most 1h), returning to it when
+	// webhooks fall silent. Defaults to 1m; between 10s and 1h.
 	// +optional
 	// +kubebuilder:default="1m"
 	// +kubebuilder:validation:Type=string

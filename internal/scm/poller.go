@@ -1,0 +1,578 @@
+package scm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Watch says what the Poller should follow for one session.
+type Watch struct {
+	Repo Repo
+	// Number of the pull request; 0 until it is known, when the Poller finds it by Head.
+	Number int
+	// Head is the session's branch (and its owner for a fork; empty means the repository owner).
+	Head Head
+	// MaxAge overrides the Poller's MaxAge for this item (the Project's poll interval).
+	MaxAge time.Duration
+}
+
+// Observation is what the Poller last saw for one session.
+type Observation struct {
+	// PullRequest is nil when no pull request exists for the watched head (yet).
+	PullRequest *PullRequest
+	// CheckedAt is the start of the last successful refresh; zero before the first.
+	CheckedAt time.Time
+	// Err is the last refresh's error, nil after a success. On a rate limit, errors.Is(Err,
+	// ErrRateLimited) and RetryAfter(Err) says until when.
+	Err error
+}
+
+// PollerOptions tune a Poller. Zero values take the defaults.
+type PollerOptions struct {
+	// MaxAge is the longest any item goes without a refresh when no webhooks arrive for its
+	// repository (default 1m): the Project's poll interval.
+	MaxAge time.Duration
+	// WebhookMaxAge replaces MaxAge for items of a repository from which a verified webhook
+	// arrived within WebhookMaxAge: webhooks bring changes within seconds, polling is then only
+	// the safety net for lost deliveries (default 10×MaxAge, at most 1h). A repository whose
+	// webhooks fall silent for that long is polled at MaxAge again. Set it equal to MaxAge to keep
+	// the poll interval strict whatever webhooks do.
+	WebhookMaxAge time.Duration
+	// DetailMaxAge bounds how old reviews, threads and individual checks may get when nothing the
+	// cheap probe sees has changed (default 15m).
+	DetailMaxAge time.Duration
+	// HintDelay gathers the bursts of webhooks one change causes (a push brings a push, a
+	// synchronize and a check suite) into one read (default 2s).
+	HintDelay time.Duration
+	// HintInterval is the least time between two reads caused by webhooks alone, so that a busy
+	// installation pays at most one call per interval however many deliveries arrive (default
+	// 15s: at most 240 one-point calls an hour, a twentieth of an installation's budget).
+	HintInterval time.Duration
+	// BatchSize is how many items one call carries (default: the Refresher's BatchSize).
+	BatchSize int
+	// Clock drives scheduling (default the real clock).
+	Clock Clock
+	// OnChange is called, outside the Poller's lock, when what Get returns for a key changed in a
+	// way a controller cares about (not for a mere refresh).
+	OnChange func(key types.NamespacedName)
+	// Metrics and the labels its gauges use.
+	Metrics  *Metrics
+	Provider string
+	Identity string
+	Logger   logr.Logger
+}
+
+// Poller keeps the pull requests of many sessions fresh with batched reads: every item is read at
+// least once per MaxAge (its deadline), a webhook hint makes items due within seconds, and each
+// call is filled with the items closest to their deadline, so that the number of calls, not of
+// items, drives the cost.
+type Poller struct {
+	src  Refresher
+	opts PollerOptions
+
+	mu       sync.Mutex
+	items    map[types.NamespacedName]*pollItem
+	webhooks map[Repo]time.Time
+	// lastHintCall is when the last call caused by hints alone went out.
+	lastHintCall time.Time
+	// pausedUntil holds all calls after a rate limit or an outage.
+	pausedUntil time.Time
+	failures    int
+	wake        chan struct{}
+}
+
+type pollItem struct {
+	key   types.NamespacedName
+	watch Watch
+	obs   Observation
+	// observed is false until the first answer (success or a per-item error).
+	observed    bool
+	fingerprint string
+	contentHash uint64
+	detailAt    time.Time
+	// fullDue and probeDue are set by hints: when a full read (or a probe) is due earlier than
+	// the deadline. Zero: not hinted.
+	fullDue  time.Time
+	probeDue time.Time
+	// needFull forces a full read at the next call (new item, changed fingerprint).
+	needFull bool
+}
+
+// NewPoller returns a Poller reading through src.
+func NewPoller(src Refresher, opts PollerOptions) *Poller {
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = time.Minute
+	}
+	if opts.WebhookMaxAge <= 0 {
+		opts.WebhookMaxAge = min(10*opts.MaxAge, time.Hour)
+	}
+	opts.WebhookMaxAge = max(opts.WebhookMaxAge, opts.MaxAge)
+	if opts.DetailMaxAge <= 0 {
+		opts.DetailMaxAge = 15 * time.Minute
+	}
+	if opts.HintDelay <= 0 {
+		opts.HintDelay = 2 * time.Second
+	}
+	if opts.HintInterval <= 0 {
+		opts.HintInterval = 15 * time.Second
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = max(src.BatchSize(), 1)
+	}
+	opts.Clock = OrReal(opts.Clock)
+	return &Poller{
+		src:      src,
+		opts:     opts,
+		items:    map[types.NamespacedName]*pollItem{},
+		webhooks: map[Repo]time.Time{},
+		wake:     make(chan struct{}, 1),
+	}
+}
+
+// Register starts or updates following a session. It is idempotent: the controller calls it on
+// every reconcile. Changing the repository or head starts over; learning the number keeps the
+// state.
+func (p *Poller) Register(key types.NamespacedName, w Watch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	it, ok := p.items[key]
+	if ok && it.watch.Repo == w.Repo && it.watch.Head == w.Head && (it.watch.Number == w.Number || it.watch.Number == 0) {
+		it.watch = w
+		return
+	}
+	p.items[key] = &pollItem{key: key, watch: w, needFull: true}
+	p.setGauges()
+	p.signal()
+}
+
+// Forget stops following a session.
+func (p *Poller) Forget(key types.NamespacedName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.items, key)
+	p.setGauges()
+}
+
+// Len is the number of followed sessions.
+func (p *Poller) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.items)
+}
+
+// Get returns the last observation for a session; false before the first answer.
+func (p *Poller) Get(key types.NamespacedName) (Observation, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	it, ok := p.items[key]
+	if !ok || !it.observed {
+		return Observation{}, false
+	}
+	return it.obs, true
+}
+
+// Notify marks the items a webhook hint names as due. It also records that the repository's
+// webhooks are flowing (see WebhookMaxAge). It never calls the forge itself.
+func (p *Poller) Notify(h Hint) {
+	now := p.opts.Clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.webhooks[h.Repo] = now
+	due := now.Add(p.opts.HintDelay)
+	hit := false
+	for _, it := range p.items {
+		if it.watch.Repo != h.Repo {
+			continue
+		}
+		full, probe := it.matches(h)
+		if full {
+			if it.fullDue.IsZero() || it.fullDue.After(due) {
+				it.fullDue = due
+			}
+			hit = true
+		} else if probe {
+			if it.probeDue.IsZero() || it.probeDue.After(due) {
+				it.probeDue = due
+			}
+			hit = true
+		}
+	}
+	if hit {
+		p.signal()
+	}
+}
+
+// matches says whether a hint asks for a full read of the item, or only a probe (its base moved).
+func (it *pollItem) matches(h Hint) (full, probe bool) {
+	pr := it.obs.PullRequest
+	number := it.watch.Number
+	if pr != nil {
+		number = pr.Number
+	}
+	for _, n := range h.Numbers {
+		if n != 0 && n == number {
+			return true, false
+		}
+	}
+	for _, b := range h.Branches {
+		if b == it.watch.Head.Branch || (pr != nil && b == pr.Head.Branch) {
+			return true, false
+		}
+	}
+	if pr != nil {
+		for _, s := range h.SHAs {
+			if s != "" && s == pr.HeadSHA {
+				return true, false
+			}
+		}
+		for _, b := range h.Branches {
+			if b == pr.BaseRef {
+				return false, true
+			}
+		}
+	}
+	return false, false
+}
+
+func (p *Poller) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maxAgeLocked is the deadline interval of an item: MaxAge (or its own), relaxed while the
+// repository's webhooks flow.
+func (p *Poller) maxAgeLocked(it *pollItem, now time.Time) time.Duration {
+	age := p.opts.MaxAge
+	if it.watch.MaxAge > 0 {
+		age = it.watch.MaxAge
+	}
+	if seen, ok := p.webhooks[it.watch.Repo]; ok && now.Sub(seen) < p.opts.WebhookMaxAge {
+		age = max(age, p.opts.WebhookMaxAge)
+	}
+	return age
+}
+
+// deadline is when the item must have been refreshed again. A call goes out a little before, as
+// a read's answer is as old as its request.
+func (p *Poller) deadlineLocked(it *pollItem, now time.Time) time.Time {
+	if it.obs.CheckedAt.IsZero() {
+		return time.Time{}
+	}
+	age := p.maxAgeLocked(it, now)
+	lead := min(age/10, 5*time.Second)
+	return it.obs.CheckedAt.Add(age - lead)
+}
+
+// plan is one round of calls.
+type plan struct {
+	reqs  []RefreshRequest
+	items []*pollItem
+	// hinted is true when the round was caused by hints alone.
+	hinted bool
+}
+
+// planLocked picks the items due at now and pads the calls with the items closest to their
+// deadline. It returns nil when nothing is due, with when something will be.
+func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
+	var next time.Time
+	soon := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if now.Before(p.pausedUntil) {
+		return nil, p.pausedUntil
+	}
+	type cand struct {
+		it       *pollItem
+		deadline time.Time
+	}
+	var due, rest []cand
+	anyDeadline := false
+	hintReady := !now.Before(p.lastHintCall.Add(p.opts.HintInterval))
+	for _, it := range p.items {
+		d := p.deadlineLocked(it, now)
+		c := cand{it: it, deadline: d}
+		switch {
+		case d.IsZero() || !now.Before(d) || (it.needFull && !it.observed):
+			anyDeadline = true
+			due = append(due, c)
+		case (!it.fullDue.IsZero() && !now.Before(it.fullDue)) || (!it.probeDue.IsZero() && !now.Before(it.probeDue)):
+			if hintReady {
+				due = append(due, c)
+			} else {
+				soon(p.lastHintCall.Add(p.opts.HintInterval))
+				rest = append(rest, c)
+			}
+		default:
+			soon(d)
+			soon(it.fullDue)
+			soon(it.probeDue)
+			rest = append(rest, c)
+		}
+	}
+	if len(due) == 0 {
+		return nil, next
+	}
+	// Pad up to a whole number of calls with the items whose deadline comes first: in the same
+	// call they cost nothing more, and they will not need a call of their own soon after.
+	sort.Slice(rest, func(i, j int) bool { return rest[i].deadline.Before(rest[j].deadline) })
+	b := p.opts.BatchSize
+	want := ((len(due) + b - 1) / b) * b
+	for _, c := range rest {
+		if len(due) >= want {
+			break
+		}
+		due = append(due, c)
+	}
+	pl := &plan{hinted: !anyDeadline}
+	sort.Slice(due, func(i, j int) bool { return due[i].deadline.Before(due[j].deadline) })
+	for _, c := range due {
+		it := c.it
+		full := it.needFull || !it.observed || !it.fullDue.IsZero() && !now.Before(it.fullDue) ||
+			(it.obs.PullRequest != nil && now.Sub(it.detailAt) >= p.opts.DetailMaxAge)
+		pl.reqs = append(pl.reqs, it.request(full))
+		pl.items = append(pl.items, it)
+	}
+	return pl, time.Time{}
+}
+
+func (it *pollItem) request(full bool) RefreshRequest {
+	r := RefreshRequest{Ref: PRRef{Repo: it.watch.Repo, Number: it.watch.Number}, Head: it.watch.Head, Full: full}
+	if r.Ref.Number == 0 && it.obs.PullRequest != nil && it.obs.PullRequest.State == StateOpen {
+		// Found earlier and still open: follow it by number (cheaper than a search by head).
+		r.Ref.Number = it.obs.PullRequest.Number
+	}
+	return r
+}
+
+// Poll runs the calls that are due now and returns when the next one will be (zero when nothing
+// is followed). Start calls it in a loop; tests and the benchmark call it with a simulated clock.
+func (p *Poller) Poll(ctx context.Context) (time.Time, error) {
+	now := p.opts.Clock.Now()
+	p.mu.Lock()
+	pl, next := p.planLocked(now)
+	if pl == nil {
+		p.mu.Unlock()
+		return next, nil
+	}
+	if pl.hinted {
+		p.lastHintCall = now
+	}
+	p.mu.Unlock()
+
+	changed, err := p.run(ctx, pl, now)
+	// A probe that saw a change is followed at once by a full read, so that the controller never
+	// sees a new head with the old head's checks.
+	for round := 0; err == nil && round < 2; round++ {
+		p.mu.Lock()
+		var follow *plan
+		for _, it := range pl.items {
+			if it.needFull && it.observed {
+				if follow == nil {
+					follow = &plan{}
+				}
+				follow.reqs = append(follow.reqs, it.request(true))
+				follow.items = append(follow.items, it)
+			}
+		}
+		p.mu.Unlock()
+		if follow == nil {
+			break
+		}
+		var more []types.NamespacedName
+		more, err = p.run(ctx, follow, p.opts.Clock.Now())
+		changed = append(changed, more...)
+		pl = follow
+	}
+	if p.opts.OnChange != nil {
+		for _, k := range dedupKeys(changed) {
+			p.opts.OnChange(k)
+		}
+	}
+	p.mu.Lock()
+	p.setAgeGaugeLocked(p.opts.Clock.Now())
+	_, next = p.planLocked(p.opts.Clock.Now())
+	p.mu.Unlock()
+	return next, err
+}
+
+// run sends one plan and applies the answers. It returns the keys whose observation changed.
+func (p *Poller) run(ctx context.Context, pl *plan, start time.Time) ([]types.NamespacedName, error) {
+	results, err := p.src.Refresh(ctx, pl.reqs)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var changed []types.NamespacedName
+	if err != nil {
+		p.failures++
+		pause := min(time.Duration(1<<min(p.failures, 10))*time.Second, p.opts.MaxAge)
+		if reset := RetryAfter(err); !reset.IsZero() {
+			pause = max(reset.Sub(start), time.Second)
+		}
+		p.pausedUntil = start.Add(pause)
+		for _, it := range pl.items {
+			if p.items[it.key] != it {
+				continue
+			}
+			if it.obs.Err == nil || !sameErrClass(it.obs.Err, err) {
+				changed = append(changed, it.key)
+			}
+			it.obs.Err = err
+			it.observed = true
+		}
+		return changed, fmt.Errorf("refresh %d pull requests: %w", len(pl.reqs), err)
+	}
+	p.failures = 0
+	for i, it := range pl.items {
+		if i >= len(results) || p.items[it.key] != it {
+			continue // forgotten or replaced while the call ran
+		}
+		res := results[i]
+		full := pl.reqs[i].Full
+		before := it.contentHash
+		hadErr := it.obs.Err
+		wasObserved := it.observed
+		if res.Err != nil {
+			it.obs.Err = res.Err
+			it.observed = true
+			if !wasObserved || hadErr == nil || !sameErrClass(hadErr, res.Err) {
+				changed = append(changed, it.key)
+			}
+			continue
+		}
+		if !full && res.Fingerprint != it.fingerprint {
+			// The cheap view changed: read everything before telling anyone. CheckedAt stays,
+			// so that the item is still due if that read fails.
+			it.needFull = true
+			it.fingerprint = res.Fingerprint
+			continue
+		}
+		it.obs.Err = nil
+		it.obs.CheckedAt = start
+		it.observed = true
+		it.fingerprint = res.Fingerprint
+		if full {
+			it.needFull = false
+			it.fullDue = time.Time{}
+			it.detailAt = start
+			it.obs.PullRequest = res.PullRequest
+		} else if res.PullRequest != nil && it.obs.PullRequest != nil {
+			// Same fingerprint: keep the details, take the fresh times.
+			pr := *it.obs.PullRequest
+			pr.FetchedAt = res.PullRequest.FetchedAt
+			it.obs.PullRequest = &pr
+		} else {
+			it.obs.PullRequest = res.PullRequest
+		}
+		if !it.probeDue.IsZero() && !start.Before(it.probeDue.Add(-p.opts.HintDelay)) {
+			it.probeDue = time.Time{}
+		}
+		it.contentHash = hashPR(it.obs.PullRequest)
+		if !wasObserved || it.contentHash != before || hadErr != nil {
+			changed = append(changed, it.key)
+		}
+	}
+	return changed, nil
+}
+
+// Start polls until ctx ends; it makes the Poller a controller-runtime manager.Runnable.
+func (p *Poller) Start(ctx context.Context) error {
+	for {
+		next, err := p.Poll(ctx)
+		if err != nil && ctx.Err() == nil {
+			p.opts.Logger.Info("Polling pull requests failed; backing off", "error", err.Error())
+		}
+		wait := time.Minute
+		if !next.IsZero() {
+			wait = max(next.Sub(p.opts.Clock.Now()), 50*time.Millisecond)
+		}
+		if err := p.sleep(ctx, wait); err != nil {
+			return nil
+		}
+	}
+}
+
+// NeedLeaderElection keeps polling to the elected manager, so that replicas do not spend the
+// budget twice.
+func (p *Poller) NeedLeaderElection() bool { return true }
+
+// sleep waits for d, an item becoming due (Register, Notify), or ctx; it fails only with ctx.
+func (p *Poller) sleep(ctx context.Context, d time.Duration) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.wake:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	_ = p.opts.Clock.Sleep(sctx, d)
+	return ctx.Err()
+}
+
+func (p *Poller) setGauges() {
+	if p.opts.Metrics != nil {
+		p.opts.Metrics.PollerItems.WithLabelValues(p.opts.Provider, p.opts.Identity).Set(float64(len(p.items)))
+	}
+}
+
+func (p *Poller) setAgeGaugeLocked(now time.Time) {
+	if p.opts.Metrics == nil {
+		return
+	}
+	var oldest time.Duration
+	for _, it := range p.items {
+		if !it.obs.CheckedAt.IsZero() {
+			oldest = max(oldest, now.Sub(it.obs.CheckedAt))
+		}
+	}
+	p.opts.Metrics.PollerMaxAge.WithLabelValues(p.opts.Provider, p.opts.Identity).Set(oldest.Seconds())
+}
+
+// hashPR digests what a controller reads from a pull request, leaving out the fetch times, so
+// that a refresh that found nothing new triggers no reconcile.
+func hashPR(pr *PullRequest) uint64 {
+	if pr == nil {
+		return 0
+	}
+	c := *pr
+	c.FetchedAt, c.DetailsFetchedAt = time.Time{}, time.Time{}
+	h := fnv.New64a()
+	// %#v prints slices element by element and times through GoString, so equal content
+	// hashes equally.
+	_, _ = fmt.Fprintf(h, "%#v", c)
+	return h.Sum64() | 1
+}
+
+func sameErrClass(a, b error) bool {
+	for _, s := range []error{ErrRateLimited, ErrUnavailable, ErrTokenRejected, ErrPermissionDenied, ErrRepositoryNotFound, ErrNotFound} {
+		if errors.Is(a, s) != errors.Is(b, s) {
+			return false
+		}
+	}
+	return reflect.TypeOf(a) == reflect.TypeOf(b)
+}
+
+func dedupKeys(keys []types.NamespacedName) []types.NamespacedName {
+	seen := map[types.NamespacedName]bool{}
+	out := keys[:0]
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}

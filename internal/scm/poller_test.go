@@ -1,0 +1,301 @@
+package scm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/scm/github"
+	"github.com/shepherd-dev/shepherd/internal/scm/scmtest"
+	"github.com/shepherd-dev/shepherd/test/fakegithub"
+)
+
+var ctx = context.Background()
+
+type pollEnv struct {
+	fake    *fakegithub.Server
+	clock   *scmtest.Clock
+	p       *github.Provider
+	poller  *scm.Poller
+	repo    scm.Repo
+	mu      sync.Mutex
+	changed map[types.NamespacedName]int
+}
+
+func newPollEnv(t *testing.T, opts scm.PollerOptions) *pollEnv {
+	t.Helper()
+	g := NewWithT(t)
+	e := &pollEnv{clock: scmtest.NewClock(), repo: scm.Repo{Owner: "acme", Name: "widgets"}, changed: map[types.NamespacedName]int{}}
+	fake, err := fakegithub.New(fakegithub.Options{Dir: t.TempDir(), Clock: e.clock.Now, GraphQLLimit: 100000})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fake.Start("127.0.0.1:0")).To(Succeed())
+	t.Cleanup(func() { _ = fake.Close() })
+	fake.AddToken("tok", "bot")
+	_, err = fake.CreateRepo("acme/widgets", "main", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	e.fake = fake
+	e.p, err = github.New(scm.Config{APIURL: fake.URL(), Token: []byte("tok"), Clock: e.clock})
+	g.Expect(err).NotTo(HaveOccurred())
+	opts.Clock = e.clock
+	opts.OnChange = func(k types.NamespacedName) {
+		e.mu.Lock()
+		e.changed[k]++
+		e.mu.Unlock()
+	}
+	e.poller = scm.NewPoller(e.p, opts)
+	return e
+}
+
+func (e *pollEnv) changes(k types.NamespacedName) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changed[k]
+}
+
+func (e *pollEnv) openPR(t *testing.T, branch string) int {
+	t.Helper()
+	_, err := e.fake.Push("acme/widgets", branch, map[string]string{branch + ".txt": branch}, branch)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	n, err := e.fake.OpenPullRequest("acme/widgets", "bot", branch, "main", "Work "+branch, "", false)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return n
+}
+
+func key(name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: "team", Name: name}
+}
+
+// pollUntil runs Poll, advancing the simulated clock to each next due time, until t.
+func (e *pollEnv) pollUntil(t *testing.T, until time.Time) {
+	t.Helper()
+	for {
+		next, err := e.poller.Poll(ctx)
+		NewWithT(t).Expect(err).NotTo(HaveOccurred())
+		if next.IsZero() || next.After(until) {
+			e.clock.Set(until)
+			return
+		}
+		if next.After(e.clock.Now()) {
+			e.clock.Set(next)
+		}
+	}
+}
+
+func TestPollerFollowsAPullRequest(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute})
+	n := e.openPR(t, "feature")
+	k := key("s1")
+	e.poller.Register(k, scm.Watch{Repo: e.repo, Number: n, Head: scm.Head{Branch: "feature"}})
+	_, ok := e.poller.Get(k)
+	g.Expect(ok).To(BeFalse())
+
+	next, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	obs, ok := e.poller.Get(k)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(obs.Err).NotTo(HaveOccurred())
+	g.Expect(obs.PullRequest.Number).To(Equal(n))
+	g.Expect(obs.CheckedAt).To(Equal(e.clock.Now()))
+	g.Expect(e.changes(k)).To(Equal(1))
+	g.Expect(next).To(Equal(e.clock.Now().Add(55*time.Second)), "refreshed a little before the maximum age")
+
+	// Nothing due: no call.
+	before := e.fake.Stats().GraphQLQueries
+	again, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(Equal(next))
+	g.Expect(e.fake.Stats().GraphQLQueries).To(Equal(before))
+
+	// At the deadline a probe; nothing changed, nobody is told.
+	e.clock.Set(next)
+	_, err = e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.fake.Stats().GraphQLQueries).To(Equal(before + 1))
+	g.Expect(e.changes(k)).To(Equal(1))
+	obs, _ = e.poller.Get(k)
+	g.Expect(obs.CheckedAt).To(Equal(next))
+
+	// A failing check changes the probe's view: a full read follows at once and the
+	// controller is told, with the failed check's details.
+	pr, _ := e.fake.PullRequest("acme/widgets", n)
+	_, err = e.fake.AddCheckRun("acme/widgets", pr.HeadSHA, fakegithub.CheckRun{Name: "build", Conclusion: "failure"})
+	g.Expect(err).NotTo(HaveOccurred())
+	e.pollUntil(t, next.Add(time.Minute))
+	g.Expect(e.changes(k)).To(Equal(2))
+	obs, _ = e.poller.Get(k)
+	g.Expect(obs.PullRequest.Checks.State).To(Equal(scm.ChecksFailing))
+	g.Expect(obs.PullRequest.Checks.FailedChecks[0].Name).To(Equal("build"))
+	g.Expect(e.clock.Now().Sub(obs.CheckedAt)).To(BeNumerically("<=", time.Minute))
+
+	e.poller.Forget(k)
+	g.Expect(e.poller.Len()).To(Equal(0))
+	_, ok = e.poller.Get(k)
+	g.Expect(ok).To(BeFalse())
+}
+
+func TestPollerFindsThePullRequestOfABranch(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: 30 * time.Second})
+	k := key("by-head")
+	e.poller.Register(k, scm.Watch{Repo: e.repo, Head: scm.Head{Branch: "later"}})
+	_, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	obs, ok := e.poller.Get(k)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(obs.PullRequest).To(BeNil())
+	g.Expect(obs.Err).NotTo(HaveOccurred())
+
+	n := e.openPR(t, "later")
+	e.pollUntil(t, e.clock.Now().Add(30*time.Second))
+	obs, _ = e.poller.Get(k)
+	g.Expect(obs.PullRequest).NotTo(BeNil())
+	g.Expect(obs.PullRequest.Number).To(Equal(n))
+	g.Expect(e.changes(k)).To(Equal(2))
+}
+
+func TestPollerWebhookHintsAndHealth(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute, WebhookMaxAge: 10 * time.Minute, HintDelay: 2 * time.Second, HintInterval: 5 * time.Second})
+	a, b := e.openPR(t, "a"), e.openPR(t, "b")
+	ka, kb := key("a"), key("b")
+	e.poller.Register(ka, scm.Watch{Repo: e.repo, Number: a, Head: scm.Head{Branch: "a"}})
+	e.poller.Register(kb, scm.Watch{Repo: e.repo, Number: b, Head: scm.Head{Branch: "b"}})
+	_, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	start := e.clock.Now()
+
+	// A review arrives; the webhook names PR a.
+	_, err = e.fake.AddReview("acme/widgets", a, "alice", "APPROVED", "ok")
+	g.Expect(err).NotTo(HaveOccurred())
+	e.clock.Advance(time.Second)
+	e.poller.Notify(scm.Hint{Repo: e.repo, Event: "pull_request_review", Numbers: []int{a}})
+	next, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(next).To(Equal(e.clock.Now().Add(2*time.Second)), "hints wait a moment for the rest of a burst")
+	e.clock.Set(next)
+	_, err = e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	obs, _ := e.poller.Get(ka)
+	g.Expect(obs.PullRequest.ReviewDecision).To(Equal(scm.ReviewApproved))
+	g.Expect(obs.PullRequest.Reviews).To(HaveLen(1))
+	g.Expect(e.changes(ka)).To(Equal(2))
+
+	// Webhooks flow for this repository: the safety net relaxes to WebhookMaxAge.
+	queries := e.fake.Stats().GraphQLQueries
+	e.pollUntil(t, start.Add(9*time.Minute))
+	g.Expect(e.fake.Stats().GraphQLQueries).To(Equal(queries), "no polling while webhooks flow")
+	e.pollUntil(t, start.Add(11*time.Minute))
+	g.Expect(e.fake.Stats().GraphQLQueries).To(Equal(queries + 1))
+	// Silence longer than WebhookMaxAge: back to MaxAge.
+	queries = e.fake.Stats().GraphQLQueries
+	e.pollUntil(t, start.Add(14*time.Minute))
+	g.Expect(e.fake.Stats().GraphQLQueries - queries).To(BeNumerically(">=", 2))
+
+	// A push to main (a merge elsewhere) makes PRs based on main due for a probe.
+	e.poller.Notify(scm.Hint{Repo: e.repo, Event: "push", Branches: []string{"main"}})
+	_, err = e.fake.Push("acme/widgets", "main", map[string]string{"main.txt": "x"}, "main moves")
+	g.Expect(err).NotTo(HaveOccurred())
+	queries = e.fake.Stats().GraphQLQueries
+	e.pollUntil(t, e.clock.Now().Add(6*time.Second))
+	g.Expect(e.fake.Stats().GraphQLQueries).To(BeNumerically(">", queries))
+}
+
+func TestPollerKeepsManyItemsFreshInFewCalls(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute})
+	const n = 150
+	nums, err := e.fake.BulkOpenPullRequests("acme/widgets", "pr", n)
+	g.Expect(err).NotTo(HaveOccurred())
+	for i, num := range nums {
+		e.poller.Register(key(fmt.Sprint(i)), scm.Watch{Repo: e.repo, Number: num})
+	}
+	start := e.clock.Now()
+	before := e.fake.Stats()
+	worst := time.Duration(0)
+	last := map[int]time.Time{}
+	for e.clock.Now().Before(start.Add(10 * time.Minute)) {
+		next, err := e.poller.Poll(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		for i := 0; i < n; i++ {
+			obs, ok := e.poller.Get(key(fmt.Sprint(i)))
+			g.Expect(ok).To(BeTrue())
+			if prev, seen := last[i]; seen && obs.CheckedAt.After(prev) {
+				worst = max(worst, obs.CheckedAt.Sub(prev))
+			}
+			last[i] = obs.CheckedAt
+		}
+		if floor := e.clock.Now().Add(time.Second); next.Before(floor) {
+			next = floor
+		}
+		e.clock.Set(next)
+	}
+	after := e.fake.Stats()
+	g.Expect(worst).To(BeNumerically("<=", time.Minute), "every item refreshed within MaxAge")
+	// 150 items: 6 one-point queries of 25 full reads first, then 100 probes per one-point
+	// query, 2 queries a minute for 10 minutes.
+	g.Expect(after.GraphQLPoints - before.GraphQLPoints).To(BeNumerically("<=", 6+2*11))
+	g.Expect(after.RESTCounted - before.RESTCounted).To(Equal(0))
+}
+
+func TestPollerBacksOffOnRateLimit(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute})
+	n := e.openPR(t, "feature")
+	k := key("rl")
+	e.poller.Register(k, scm.Watch{Repo: e.repo, Number: n})
+	_, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	e.fake.ExhaustPrimary("tok", "graphql")
+	e.clock.Advance(time.Minute)
+	next, err := e.poller.Poll(ctx)
+	g.Expect(errors.Is(err, scm.ErrRateLimited)).To(BeTrue())
+	obs, _ := e.poller.Get(k)
+	g.Expect(errors.Is(obs.Err, scm.ErrRateLimited)).To(BeTrue())
+	g.Expect(obs.PullRequest).NotTo(BeNil(), "the last good state is kept")
+	g.Expect(next).To(BeTemporally("==", scm.RetryAfter(obs.Err)))
+	g.Expect(e.changes(k)).To(Equal(2), "the controller learns about the limit once")
+	refused := e.fake.Stats().PrimaryRefused
+	// Until the reset nothing is sent.
+	_, err = e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.fake.Stats().PrimaryRefused).To(Equal(refused))
+	e.clock.Set(next)
+	_, err = e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	obs, _ = e.poller.Get(k)
+	g.Expect(obs.Err).NotTo(HaveOccurred())
+	g.Expect(e.changes(k)).To(Equal(3))
+}
+
+func TestPollerStartStopsWithContext(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{})
+	n := e.openPR(t, "feature")
+	seen := make(chan types.NamespacedName, 1)
+	// The real clock: Start sleeps between polls.
+	p := scm.NewPoller(e.p, scm.PollerOptions{MaxAge: time.Hour, OnChange: func(k types.NamespacedName) {
+		select {
+		case seen <- k:
+		default:
+		}
+	}})
+	p.Register(key("run"), scm.Watch{Repo: e.repo, Number: n})
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Start(cctx) }()
+	g.Expect(<-seen).To(Equal(key("run")))
+	cancel()
+	g.Expect(<-done).To(Succeed())
+	obs, ok := p.Get(key("run"))
+	g.Expect(ok).To(BeTrue())
+	g.Expect(obs.PullRequest.Number).To(Equal(n))
+	g.Expect(p.NeedLeaderElection()).To(BeTrue())
+}

@@ -1,0 +1,313 @@
+package scm
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Repo names a repository on a forge.
+type Repo struct {
+	Owner string
+	Name  string
+}
+
+// String is "owner/name".
+func (r Repo) String() string { return r.Owner + "/" + r.Name }
+
+// IsZero reports whether the repository is unset.
+func (r Repo) IsZero() bool { return r.Owner == "" && r.Name == "" }
+
+// ParseRepo parses "owner/name".
+func ParseRepo(s string) (Repo, error) {
+	owner, name, ok := strings.Cut(s, "/")
+	if !ok || owner == "" || name == "" || strings.Contains(name, "/") {
+		return Repo{}, fmt.Errorf("repository %q: want owner/name", s)
+	}
+	return Repo{Owner: owner, Name: name}, nil
+}
+
+// Head names the branch a pull request merges from. Owner is the owner of the repository the
+// branch lives in: the base repository's owner for a branch of the same repository, another
+// account for a fork. Empty Owner means the base repository's owner.
+type Head struct {
+	Owner  string
+	Branch string
+}
+
+// String is "owner:branch" (or just "branch" without an owner), the form forges use.
+func (h Head) String() string {
+	if h.Owner == "" {
+		return h.Branch
+	}
+	return h.Owner + ":" + h.Branch
+}
+
+// PullRequestState is the lifecycle state of a pull request. The values equal the API's
+// PullRequestState so that a status can be filled by conversion.
+type PullRequestState string
+
+const (
+	StateOpen   PullRequestState = "Open"
+	StateClosed PullRequestState = "Closed"
+	StateMerged PullRequestState = "Merged"
+)
+
+// Mergeable says whether the forge could merge the pull request without conflicts. Forges compute
+// it lazily, so Unknown is a normal, transient answer.
+type Mergeable string
+
+const (
+	MergeableTrue    Mergeable = "True"
+	MergeableFalse   Mergeable = "False"
+	MergeableUnknown Mergeable = "Unknown"
+)
+
+// MergeState is the forge's view of why a pull request can or cannot merge now. Values equal the
+// API's MergeState.
+type MergeState string
+
+const (
+	// MergeStateClean: mergeable, requirements met.
+	MergeStateClean MergeState = "Clean"
+	// MergeStateBehind: the head is out of date with the base and the base requires it up to date.
+	MergeStateBehind MergeState = "Behind"
+	// MergeStateBlocked: a requirement (review, required check) is not met.
+	MergeStateBlocked MergeState = "Blocked"
+	// MergeStateDirty: conflicts with the base.
+	MergeStateDirty MergeState = "Dirty"
+	// MergeStateUnstable: mergeable, but a check that is not required is failing.
+	MergeStateUnstable MergeState = "Unstable"
+	// MergeStateDraft: a draft cannot merge.
+	MergeStateDraft MergeState = "Draft"
+	// MergeStateUnknown: not computed yet, or a state Shepherd has no name for.
+	MergeStateUnknown MergeState = "Unknown"
+)
+
+// ReviewDecision summarises the reviews. Values equal the API's ReviewDecision.
+type ReviewDecision string
+
+const (
+	ReviewApproved         ReviewDecision = "Approved"
+	ReviewChangesRequested ReviewDecision = "ChangesRequested"
+	ReviewRequired         ReviewDecision = "ReviewRequired"
+	ReviewNone             ReviewDecision = "None"
+)
+
+// ReviewState is the state of one review.
+type ReviewState string
+
+const (
+	ReviewStateApproved         ReviewState = "Approved"
+	ReviewStateChangesRequested ReviewState = "ChangesRequested"
+	ReviewStateCommented        ReviewState = "Commented"
+	ReviewStateDismissed        ReviewState = "Dismissed"
+	ReviewStatePending          ReviewState = "Pending"
+)
+
+// Review is one submitted review.
+type Review struct {
+	ID     string
+	Author string
+	State  ReviewState
+	// Dismissed is true when the review was dismissed; State then keeps what it said, when the
+	// forge tells (GitHub reports only "dismissed", so State is Dismissed there too).
+	Dismissed   bool
+	SubmittedAt time.Time
+}
+
+// ReviewThread is one unresolved review conversation, as the agent needs it to answer.
+type ReviewThread struct {
+	// ID is the forge's thread id (a GraphQL node id on GitHub), stable across refreshes.
+	ID       string
+	Author   string
+	Path     string
+	Line     int
+	Body     string
+	URL      string
+	Outdated bool
+}
+
+// ChecksState summarises the checks on the head commit. Values equal the API's ChecksState.
+type ChecksState string
+
+const (
+	ChecksPassing ChecksState = "Passing"
+	ChecksFailing ChecksState = "Failing"
+	ChecksPending ChecksState = "Pending"
+	ChecksNone    ChecksState = "None"
+)
+
+// CheckOutcome is the outcome of one check run or commit status.
+type CheckOutcome string
+
+const (
+	CheckPassed  CheckOutcome = "Passed"
+	CheckFailed  CheckOutcome = "Failed"
+	CheckPending CheckOutcome = "Pending"
+	// CheckSkipped covers skipped and neutral: completed without a verdict.
+	CheckSkipped CheckOutcome = "Skipped"
+)
+
+// Check is one check run or commit status on the head commit.
+type Check struct {
+	Name    string
+	URL     string
+	Outcome CheckOutcome
+	// Conclusion is the forge's own word (failure, timed_out, error, …), for messages.
+	Conclusion string
+	// Required is true when branch protection requires the check to pass before merging.
+	Required bool
+	// App is the app that reported a check run ("github-actions"), empty for commit statuses.
+	App string
+	// JobID identifies a CI job whose log the forge can serve (a GitHub Actions job), else 0.
+	JobID int64
+	// LogExcerpt is the tail of a failed CI job's log around its first error, when available.
+	LogExcerpt string
+}
+
+// Checks is the rollup of check runs and commit statuses on the head commit.
+type Checks struct {
+	// State is what blocks or allows merging: computed over the required checks when the base
+	// branch requires any, otherwise over all checks.
+	State                           ChecksState
+	Total, Passed, Failed, Pending  int
+	Skipped                         int
+	RequiredFailed, RequiredPending int
+	// FailedChecks lists every failed check, required ones first.
+	FailedChecks []Check
+}
+
+// Summary renders the counts for a status line, for example "4/5 passed, 1 failed".
+func (c Checks) Summary() string {
+	if c.Total == 0 {
+		return "no checks"
+	}
+	parts := []string{fmt.Sprintf("%d/%d passed", c.Passed, c.Total)}
+	if c.Failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d failed", c.Failed))
+	}
+	if c.Pending > 0 {
+		parts = append(parts, fmt.Sprintf("%d pending", c.Pending))
+	}
+	if c.Skipped > 0 {
+		parts = append(parts, fmt.Sprintf("%d skipped", c.Skipped))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// PullRequest is a forge's pull request as Shepherd needs it.
+type PullRequest struct {
+	Repo      Repo
+	Number    int
+	URL       string
+	Title     string
+	Body      string
+	State     PullRequestState
+	Draft     bool
+	Head      Head
+	HeadSHA   string
+	BaseRef   string
+	Mergeable Mergeable
+	// MergeState is the forge's own view; Unknown when it has none (Gitea).
+	MergeState     MergeState
+	ReviewDecision ReviewDecision
+	Reviews        []Review
+	// Threads holds the unresolved review threads only.
+	Threads        []ReviewThread
+	Checks         Checks
+	MergeCommitSHA string
+	UpdatedAt      time.Time
+	// FetchedAt is when the forge was asked for this state (the request's start: the state is at
+	// least this fresh).
+	FetchedAt time.Time
+	// DetailsFetchedAt is when reviews, threads and the list of checks were last read. The Poller
+	// reads them again whenever the cheap state it polls changes, so they match FetchedAt's
+	// state; they may be older only when nothing that summarises them changed.
+	DetailsFetchedAt time.Time
+}
+
+// PRRef names one pull request.
+type PRRef struct {
+	Repo   Repo
+	Number int
+}
+
+func (r PRRef) String() string { return fmt.Sprintf("%s#%d", r.Repo, r.Number) }
+
+// NewPullRequest is what Create needs.
+type NewPullRequest struct {
+	Head  Head
+	Base  string
+	Title string
+	Body  string
+	Draft bool
+}
+
+// PullRequestUpdate changes a pull request; nil fields stay as they are.
+type PullRequestUpdate struct {
+	Title *string
+	Body  *string
+}
+
+// MergeMethod is how a pull request is merged.
+type MergeMethod string
+
+const (
+	MergeSquash MergeMethod = "squash"
+	MergeMerge  MergeMethod = "merge"
+	MergeRebase MergeMethod = "rebase"
+)
+
+// MergeOptions guard and shape a merge.
+type MergeOptions struct {
+	Method MergeMethod
+	// ExpectedHeadSHA must be the pull request's head commit, or the merge is refused with a
+	// HeadChangedError: Shepherd merges what was approved and tested, nothing newer.
+	ExpectedHeadSHA string
+	CommitTitle     string
+	CommitMessage   string
+}
+
+// MergeResult is the outcome of a merge.
+type MergeResult struct {
+	SHA string
+}
+
+// RepoInfo is what CheckAccess learns about a repository.
+type RepoInfo struct {
+	Repo          Repo
+	DefaultBranch string
+	Private       bool
+	// CanPush is true when the credentials may push (and so open pull requests).
+	CanPush bool
+}
+
+// Credential is a git credential for pushing over HTTPS.
+type Credential struct {
+	Username string
+	Password string
+	// ExpiresAt is zero for a credential that does not expire on its own (a personal access
+	// token); only GitHub App installation tokens are short-lived.
+	ExpiresAt time.Time
+}
+
+// Hint says which pull requests may have changed, as a webhook reports it. Nothing in it is
+// trusted beyond routing: the Poller re-reads the state from the forge's API.
+type Hint struct {
+	Repo Repo
+	// Event is the forge's event name, for logs and metrics.
+	Event string
+	// Numbers of pull requests that may have changed.
+	Numbers []int
+	// Branches that were pushed or whose checks changed: pull requests with one of them as head
+	// need a full look, and those with one of them as base may have become behind or conflicting.
+	Branches []string
+	// SHAs of commits whose checks changed.
+	SHAs []string
+}
+
+// IsZero reports whether the hint names nothing to look at.
+func (h Hint) IsZero() bool {
+	return len(h.Numbers) == 0 && len(h.Branches) == 0 && len(h.SHAs) == 0
+}

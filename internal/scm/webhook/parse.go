@@ -1,0 +1,204 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/shepherd-dev/shepherd/internal/scm"
+)
+
+// maxRefs bounds each list in a hint, whatever a payload carries.
+const maxRefs = 100
+
+// Events the handler turns into hints.
+var events = map[string]bool{
+	"pull_request":                true,
+	"pull_request_review":         true,
+	"pull_request_review_comment": true,
+	"pull_request_review_thread":  true,
+	"check_run":                   true,
+	"check_suite":                 true,
+	"status":                      true,
+	"issue_comment":               true,
+	"push":                        true,
+	"ping":                        true,
+}
+
+// Supported reports whether the handler routes an event.
+func Supported(event string) bool { return events[event] }
+
+// payload is the union of the routing fields of the supported events. Only these are read:
+// nothing else in a payload is trusted, the Poller re-reads the state from the API.
+type payload struct {
+	Repository *struct {
+		FullName string `json:"full_name"`
+	} `json:"repository"`
+	Number      int     `json:"number"`
+	PullRequest *prRef  `json:"pull_request"`
+	Ref         string  `json:"ref"`
+	After       string  `json:"after"`
+	SHA         string  `json:"sha"`
+	Branches    []named `json:"branches"`
+	CheckRun    *struct {
+		HeadSHA      string  `json:"head_sha"`
+		PullRequests []prRef `json:"pull_requests"`
+		CheckSuite   *suite  `json:"check_suite"`
+	} `json:"check_run"`
+	CheckSuite *suite `json:"check_suite"`
+	Issue      *struct {
+		Number      int             `json:"number"`
+		PullRequest json.RawMessage `json:"pull_request"`
+	} `json:"issue"`
+}
+
+type prRef struct {
+	Number int `json:"number"`
+	Head   *struct {
+		Ref string `json:"ref"`
+		SHA string `json:"sha"`
+	} `json:"head"`
+	Base *struct {
+		Ref string `json:"ref"`
+	} `json:"base"`
+}
+
+type suite struct {
+	HeadBranch   *string `json:"head_branch"`
+	HeadSHA      string  `json:"head_sha"`
+	PullRequests []prRef `json:"pull_requests"`
+}
+
+type named struct {
+	Name string `json:"name"`
+}
+
+// repositoryOf reads only the repository's full name, to find the secret that verifies the
+// rest.
+func repositoryOf(body []byte) (scm.Repo, error) {
+	var p struct {
+		Repository *struct {
+			FullName string `json:"full_name"`
+		} `json:"repository"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return scm.Repo{}, fmt.Errorf("payload is not JSON: %w", err)
+	}
+	if p.Repository == nil {
+		return scm.Repo{}, fmt.Errorf("payload names no repository")
+	}
+	return scm.ParseRepo(p.Repository.FullName)
+}
+
+// Parse turns a verified delivery into a hint. The event must be Supported.
+func Parse(event string, body []byte) (scm.Hint, error) {
+	var p payload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return scm.Hint{}, fmt.Errorf("%s payload: %w", event, err)
+	}
+	if p.Repository == nil {
+		return scm.Hint{}, fmt.Errorf("%s payload names no repository", event)
+	}
+	repo, err := scm.ParseRepo(p.Repository.FullName)
+	if err != nil {
+		return scm.Hint{}, fmt.Errorf("%s payload: %w", event, err)
+	}
+	h := &hintBuilder{hint: scm.Hint{Repo: repo, Event: event}}
+	switch event {
+	case "pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread":
+		h.number(p.Number)
+		h.pr(p.PullRequest)
+	case "check_run":
+		if p.CheckRun != nil {
+			h.sha(p.CheckRun.HeadSHA)
+			for i := range p.CheckRun.PullRequests {
+				h.pr(&p.CheckRun.PullRequests[i])
+			}
+			h.suite(p.CheckRun.CheckSuite)
+		}
+	case "check_suite":
+		h.suite(p.CheckSuite)
+	case "status":
+		h.sha(p.SHA)
+		for _, b := range p.Branches {
+			h.branch(b.Name)
+		}
+	case "issue_comment":
+		// Comments on issues that are not pull requests change nothing Shepherd follows.
+		if p.Issue != nil && len(p.Issue.PullRequest) > 0 && string(p.Issue.PullRequest) != "null" {
+			h.number(p.Issue.Number)
+		}
+	case "push":
+		if b, ok := strings.CutPrefix(p.Ref, "refs/heads/"); ok {
+			h.branch(b)
+			h.sha(p.After)
+		}
+	case "ping":
+	default:
+		return scm.Hint{}, fmt.Errorf("event %q is not routed", event)
+	}
+	return h.hint, nil
+}
+
+type hintBuilder struct{ hint scm.Hint }
+
+func (h *hintBuilder) number(n int) {
+	if n > 0 && len(h.hint.Numbers) < maxRefs && !containsInt(h.hint.Numbers, n) {
+		h.hint.Numbers = append(h.hint.Numbers, n)
+	}
+}
+
+func (h *hintBuilder) branch(b string) {
+	if b != "" && len(b) <= 255 && len(h.hint.Branches) < maxRefs && !containsStr(h.hint.Branches, b) {
+		h.hint.Branches = append(h.hint.Branches, b)
+	}
+}
+
+func (h *hintBuilder) sha(s string) {
+	// The all-zero SHA marks a deleted branch in push events.
+	if len(s) >= 40 && len(s) <= 64 && strings.Trim(s, "0") != "" && len(h.hint.SHAs) < maxRefs && !containsStr(h.hint.SHAs, s) {
+		h.hint.SHAs = append(h.hint.SHAs, s)
+	}
+}
+
+func (h *hintBuilder) pr(p *prRef) {
+	if p == nil {
+		return
+	}
+	h.number(p.Number)
+	if p.Head != nil {
+		h.branch(p.Head.Ref)
+		h.sha(p.Head.SHA)
+	}
+}
+
+func (h *hintBuilder) suite(s *suite) {
+	if s == nil {
+		return
+	}
+	h.sha(s.HeadSHA)
+	if s.HeadBranch != nil {
+		h.branch(*s.HeadBranch)
+	}
+	for i := range s.PullRequests {
+		h.pr(&s.PullRequests[i])
+	}
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func containsStr(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,258 @@
+package webhook
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/test/fakegithub"
+)
+
+var secret = []byte("It's a Secret to Everybody")
+
+type sink struct {
+	mu    sync.Mutex
+	hints []scm.Hint
+}
+
+func (s *sink) add(h scm.Hint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hints = append(s.hints, h)
+}
+
+func newHandler(t *testing.T, opts ...func(*Options)) (*Handler, *sink, *scm.Metrics) {
+	t.Helper()
+	m, err := scm.NewMetrics(nil)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	s := &sink{}
+	o := Options{
+		Secret: func(r scm.Repo) ([]byte, bool) {
+			if r.String() == "octocat/Hello-World" {
+				return secret, true
+			}
+			return nil, false
+		},
+		OnHint:  s.add,
+		Metrics: m,
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	h, err := NewHandler(o)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return h, s, m
+}
+
+func deliver(h http.Handler, event, id string, body []byte, sig string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/webhooks/github", bytes.NewReader(body))
+	req.Header.Set("X-GitHub-Event", event)
+	if id != "" {
+		req.Header.Set("X-GitHub-Delivery", id)
+	}
+	if sig != "" {
+		req.Header.Set("X-Hub-Signature-256", sig)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestSignatureMatchesGitHubsExample(t *testing.T) {
+	// GitHub's documented test vector for validating webhook deliveries.
+	g := NewWithT(t)
+	g.Expect(Sign(secret, []byte("Hello, World!"))).To(Equal("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"))
+	g.Expect(Verify(secret, []byte("Hello, World!"), "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")).To(BeTrue())
+	g.Expect(Verify(secret, []byte("Hello, World?"), "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")).To(BeFalse())
+	g.Expect(Verify(nil, []byte("x"), "00")).To(BeFalse())
+	g.Expect(Verify(secret, []byte("x"), "not-hex")).To(BeFalse())
+}
+
+func TestGoodSignatureRoutesEveryEvent(t *testing.T) {
+	h, s, _ := newHandler(t)
+	for _, tc := range []struct {
+		event, fixture string
+		want           scm.Hint
+	}{
+		{"pull_request", "pull_request.opened", scm.Hint{Numbers: []int{1347}, Branches: []string{"new-topic"}, SHAs: []string{"6dcb09b5b57875f334f61aebed695e2e4193db5e"}}},
+		{"pull_request_review", "pull_request_review.submitted", scm.Hint{Numbers: []int{1347}, Branches: []string{"new-topic"}, SHAs: []string{"6dcb09b5b57875f334f61aebed695e2e4193db5e"}}},
+		{"pull_request_review_comment", "pull_request_review_comment.created", scm.Hint{Numbers: []int{1347}, Branches: []string{"new-topic"}, SHAs: []string{"6dcb09b5b57875f334f61aebed695e2e4193db5e"}}},
+		{"pull_request_review_thread", "pull_request_review_thread.resolved", scm.Hint{Numbers: []int{1347}, Branches: []string{"new-topic"}, SHAs: []string{"6dcb09b5b57875f334f61aebed695e2e4193db5e"}}},
+		{"check_run", "check_run.completed", scm.Hint{Numbers: []int{3956}, Branches: []string{"say-hello", "new-topic"},
+			SHAs: []string{"6dcb09b5b57875f334f61aebed695e2e4193db5e", "3dca65fa3e8d4b3da3f3d056c59aee1c50f41390"}}},
+		{"check_suite", "check_suite.completed", scm.Hint{Numbers: []int{3956}, Branches: []string{"new-topic", "say-hello"},
+			SHAs: []string{"6dcb09b5b57875f334f61aebed695e2e4193db5e", "3dca65fa3e8d4b3da3f3d056c59aee1c50f41390"}}},
+		{"status", "status", scm.Hint{Branches: []string{"master"}, SHAs: []string{"6113728f27ae82c7b1a177c8d03f9e96e0adf246"}}},
+		{"issue_comment", "issue_comment.created", scm.Hint{Numbers: []int{1347}}},
+		{"push", "push.created", scm.Hint{Branches: []string{"new-topic"}, SHAs: []string{"6113728f27ae82c7b1a177c8d03f9e96e0adf246"}}},
+		{"push", "push", scm.Hint{Branches: []string{"new-topic"}}},
+		{"ping", "ping", scm.Hint{}},
+	} {
+		t.Run(tc.fixture, func(t *testing.T) {
+			g := NewWithT(t)
+			body := fakegithub.Fixture("webhooks/" + tc.fixture + ".json")
+			before := len(s.hints)
+			rec := deliver(h, tc.event, "id-"+tc.fixture, body, Sign(secret, body))
+			g.Expect(rec.Code).To(Equal(http.StatusAccepted), rec.Body.String())
+			g.Expect(s.hints).To(HaveLen(before + 1))
+			got := s.hints[len(s.hints)-1]
+			want := tc.want
+			want.Repo = scm.Repo{Owner: "octocat", Name: "Hello-World"}
+			want.Event = tc.event
+			g.Expect(got.Repo).To(Equal(want.Repo))
+			g.Expect(got.Event).To(Equal(want.Event))
+			g.Expect(got.Numbers).To(ConsistOf(orEmpty(want.Numbers)))
+			g.Expect(got.Branches).To(ConsistOf(orEmptyS(want.Branches)))
+			g.Expect(got.SHAs).To(ConsistOf(orEmptyS(want.SHAs)))
+		})
+	}
+}
+
+func orEmpty(x []int) []any {
+	out := []any{}
+	for _, v := range x {
+		out = append(out, v)
+	}
+	return out
+}
+
+func orEmptyS(x []string) []any {
+	out := []any{}
+	for _, v := range x {
+		out = append(out, v)
+	}
+	return out
+}
+
+func TestBadAndMissingSignatures(t *testing.T) {
+	g := NewWithT(t)
+	h, s, m := newHandler(t)
+	body := fakegithub.Fixture("webhooks/pull_request.opened.json")
+	for name, sig := range map[string]string{
+		"missing":      "",
+		"wrong secret": Sign([]byte("guess"), body),
+		"sha1 only":    "sha1=0123",
+		"not hex":      "sha256=zz",
+		"truncated":    Sign(secret, body)[:20],
+	} {
+		rec := deliver(h, "pull_request", "d-"+name, body, sig)
+		g.Expect(rec.Code).To(Equal(http.StatusUnauthorized), name)
+	}
+	// A body changed after signing fails.
+	tampered := bytes.Replace(body, []byte(`"number": 1347`), []byte(`"number": 1`), 1)
+	g.Expect(deliver(h, "pull_request", "d-tampered", tampered, Sign(secret, body)).Code).To(Equal(http.StatusUnauthorized))
+	// A repository Shepherd has no secret for cannot be verified.
+	other := bytes.ReplaceAll(body, []byte("octocat/Hello-World"), []byte("evil/repo"))
+	g.Expect(deliver(h, "pull_request", "d-other", other, Sign(secret, other)).Code).To(Equal(http.StatusUnauthorized))
+	g.Expect(deliver(h, "pull_request", "d-notjson", []byte("nope"), Sign(secret, []byte("nope"))).Code).To(Equal(http.StatusUnauthorized))
+	g.Expect(s.hints).To(BeEmpty())
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("pull_request", "bad_signature"))).To(Equal(8.0))
+
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	g.Expect(rec.Code).To(Equal(http.StatusMethodNotAllowed))
+}
+
+func TestReplayedDeliveryIsDropped(t *testing.T) {
+	g := NewWithT(t)
+	h, s, m := newHandler(t, func(o *Options) { o.DedupSize = 2 })
+	body := fakegithub.Fixture("webhooks/check_suite.completed.json")
+	sig := Sign(secret, body)
+	g.Expect(deliver(h, "check_suite", "72d3162e-cc78-11e3-81ab-4c9367dc0958", body, sig).Code).To(Equal(http.StatusAccepted))
+	rec := deliver(h, "check_suite", "72d3162e-cc78-11e3-81ab-4c9367dc0958", body, sig)
+	g.Expect(rec.Code).To(Equal(http.StatusOK))
+	g.Expect(rec.Body.String()).To(ContainSubstring("duplicate"))
+	g.Expect(s.hints).To(HaveLen(1))
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("check_suite", "duplicate"))).To(Equal(1.0))
+	// The memory is bounded: old ids are forgotten.
+	g.Expect(deliver(h, "check_suite", "b", body, sig).Code).To(Equal(http.StatusAccepted))
+	g.Expect(deliver(h, "check_suite", "c", body, sig).Code).To(Equal(http.StatusAccepted))
+	g.Expect(deliver(h, "check_suite", "72d3162e-cc78-11e3-81ab-4c9367dc0958", body, sig).Code).To(Equal(http.StatusAccepted))
+	// A forged delivery does not enter the memory, so it cannot mask a real one.
+	g.Expect(deliver(h, "check_suite", "d", body, Sign([]byte("x"), body)).Code).To(Equal(http.StatusUnauthorized))
+	g.Expect(deliver(h, "check_suite", "d", body, sig).Code).To(Equal(http.StatusAccepted))
+}
+
+func TestOversizeBody(t *testing.T) {
+	g := NewWithT(t)
+	h, s, _ := newHandler(t, func(o *Options) { o.MaxBody = 1024 })
+	body := []byte(`{"repository":{"full_name":"octocat/Hello-World"},"pad":"` + strings.Repeat("x", 2000) + `"}`)
+	rec := deliver(h, "push", "big", body, Sign(secret, body))
+	g.Expect(rec.Code).To(Equal(http.StatusRequestEntityTooLarge))
+	g.Expect(s.hints).To(BeEmpty())
+}
+
+func TestUnknownEventIsAcknowledgedAndIgnored(t *testing.T) {
+	g := NewWithT(t)
+	h, s, m := newHandler(t)
+	body := []byte(`{"action":"created","repository":{"full_name":"octocat/Hello-World"}}`)
+	rec := deliver(h, "star", "s1", body, Sign(secret, body))
+	g.Expect(rec.Code).To(Equal(http.StatusOK))
+	g.Expect(s.hints).To(BeEmpty())
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("other", "ignored"))).To(Equal(1.0))
+	// A supported event whose signed body is malformed is a 400.
+	bad := []byte(`{"repository":{"full_name":"octocat/Hello-World"},"number":"x"}`)
+	g.Expect(deliver(h, "pull_request", "s2", bad, Sign(secret, bad)).Code).To(Equal(http.StatusBadRequest))
+}
+
+func TestNothingBeyondRoutingIsRead(t *testing.T) {
+	g := NewWithT(t)
+	// A payload claiming a merge, a green build and an approval yields only routing.
+	body := []byte(`{"action":"closed","number":5,"pull_request":{"number":5,"merged":true,"state":"closed","head":{"ref":"b","sha":"` +
+		strings.Repeat("a", 40) + `"}},"repository":{"full_name":"o/r"}}`)
+	hint, err := Parse("pull_request", body)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(hint).To(Equal(scm.Hint{Repo: scm.Repo{Owner: "o", Name: "r"}, Event: "pull_request", Numbers: []int{5},
+		Branches: []string{"b"}, SHAs: []string{strings.Repeat("a", 40)}}))
+	// An issue comment on a plain issue names nothing.
+	hint, err = Parse("issue_comment", []byte(`{"issue":{"number":3},"repository":{"full_name":"o/r"}}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(hint.IsZero()).To(BeTrue())
+	_, err = Parse("pull_request", []byte(`{"repository":{"full_name":"no-slash"}}`))
+	g.Expect(err).To(HaveOccurred())
+}
+
+// FuzzParse: any payload parses without panicking, and a hint stays bounded.
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{"pull_request.opened", "check_run.completed", "check_suite.completed", "status", "push", "push.created",
+		"issue_comment.created", "pull_request_review_thread.resolved", "pull_request_review.submitted", "pull_request_review_comment.created"} {
+		f.Add(strings.SplitN(name, ".", 2)[0], fakegithub.Fixture("webhooks/"+name+".json"))
+	}
+	f.Add("push", []byte(`{"ref":"refs/heads/`+strings.Repeat("x", 300)+`","repository":{"full_name":"a/b"}}`))
+	f.Add("check_run", []byte(`{"check_run":{"pull_requests":[`+strings.Repeat(`{"number":1},`, 50)+`{"number":2}]},"repository":{"full_name":"a/b"}}`))
+	events := []string{"pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread", "check_run",
+		"check_suite", "status", "issue_comment", "push", "ping"}
+	f.Fuzz(func(t *testing.T, event string, body []byte) {
+		if !Supported(event) {
+			event = events[len(body)%len(events)]
+		}
+		hint, err := Parse(event, body)
+		if err != nil {
+			return
+		}
+		if len(hint.Numbers) > maxRefs || len(hint.Branches) > maxRefs || len(hint.SHAs) > maxRefs {
+			t.Fatalf("unbounded hint: %d numbers, %d branches, %d SHAs", len(hint.Numbers), len(hint.Branches), len(hint.SHAs))
+		}
+		for _, b := range hint.Branches {
+			if b == "" || len(b) > 255 {
+				t.Fatalf("branch %q out of bounds", b)
+			}
+		}
+		for _, n := range hint.Numbers {
+			if n <= 0 {
+				t.Fatalf("non-positive number %d", n)
+			}
+		}
+		if hint.Repo.Owner == "" || hint.Repo.Name == "" {
+			t.Fatalf("hint without repository")
+		}
+	})
+}

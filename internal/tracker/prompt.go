@@ -1,0 +1,149 @@
+package tracker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"text/template"
+)
+
+// DefaultPromptTemplate is used when the Project sets no promptTemplate.
+const DefaultPromptTemplate = `Work on {{.Issue.ID}}: {{.Issue.Title}}
+{{- if .Issue.URL}}
+{{.Issue.URL}}{{end}}
+{{- if .Issue.Labels}}
+Labels: {{join .Issue.Labels ", "}}{{end}}
+{{if .Issue.Body}}
+{{.Issue.Body}}
+{{end}}
+{{- if .Issue.Comments}}
+Comments:
+{{- range .Issue.Comments}}
+- {{.Author}}: {{.Body}}
+{{- end}}
+{{end}}
+You are on the branch {{.Branch}} of {{.Project.Repository}}. Make the change, add or update tests,
+and commit your work. Shepherd pushes the branch and opens the pull request.
+`
+
+// maxPrompt bounds a rendered prompt (the API's prompt limit).
+const maxPrompt = 32768
+
+// ErrTemplate marks a promptTemplate that does not parse or render; the Project controller
+// reports it on the Project.
+var ErrTemplate = errors.New("prompt template")
+
+// PromptIssue is what a template sees as .Issue.
+type PromptIssue struct {
+	ID, Title, Body, URL string
+	Labels               []string
+	Comments             []Comment
+}
+
+// PromptProject is what a template sees as .Project; it prints as its name.
+type PromptProject struct {
+	Name, Namespace string
+	// Repository is "owner/name".
+	Repository    string
+	DefaultBranch string
+}
+
+func (p PromptProject) String() string { return p.Name }
+
+// PromptData is the template's input.
+type PromptData struct {
+	Issue   PromptIssue
+	Project PromptProject
+	Branch  string
+}
+
+// NewPromptData builds the input of a template from an issue.
+// Long bodies and comment threads are cut so that the prompt stays within the API's bound.
+func NewPromptData(issue *Issue, project PromptProject, branch string) PromptData {
+	comments := issue.Comments
+	if len(comments) > maxPromptComments {
+		comments = comments[len(comments)-maxPromptComments:]
+	}
+	cut := make([]Comment, len(comments))
+	for i, c := range comments {
+		c.Body = clip(c.Body, maxPromptComment)
+		cut[i] = c
+	}
+	return PromptData{
+		Issue: PromptIssue{ID: issue.ID, Title: clip(issue.Title, 1024), Body: clip(issue.Body, maxPromptBody), URL: issue.URL,
+			Labels: issue.Labels, Comments: cut},
+		Project: project,
+		Branch:  branch,
+	}
+}
+
+const (
+	maxPromptBody     = 16384
+	maxPromptComments = 10
+	maxPromptComment  = 1024
+)
+
+// clip cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + " […]"
+}
+
+// ParsePrompt checks a template without rendering it (for validating a Project early).
+func ParsePrompt(tmpl string) error {
+	_, err := parsePrompt(tmpl)
+	return err
+}
+
+func parsePrompt(tmpl string) (*template.Template, error) {
+	if strings.TrimSpace(tmpl) == "" {
+		tmpl = DefaultPromptTemplate
+	}
+	t, err := template.New("prompt").Option("missingkey=error").Funcs(template.FuncMap{
+		"join":  strings.Join,
+		"upper": strings.ToUpper,
+		"lower": strings.ToLower,
+		"trim":  strings.TrimSpace,
+	}).Parse(tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTemplate, err)
+	}
+	return t, nil
+}
+
+// RenderPrompt renders tmpl (the built-in template when empty) with data. The text is the
+// issue's, unchanged: the runner hands the prompt to the agent as one argument, never through a
+// shell, so nothing needs escaping.
+func RenderPrompt(tmpl string, data PromptData) (string, error) {
+	t, err := parsePrompt(tmpl)
+	if err != nil {
+		return "", err
+	}
+	var buf limitedBuffer
+	buf.limit = maxPrompt
+	if err := t.Execute(&buf, data); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrTemplate, err)
+	}
+	return strings.TrimSpace(buf.String()) + "\n", nil
+}
+
+// limitedBuffer stops a template from producing more than limit bytes.
+type limitedBuffer struct {
+	bytes.Buffer
+	limit int
+}
+
+var errTooLong = errors.New("rendered prompt exceeds 32768 bytes")
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.limit {
+		return 0, errTooLong
+	}
+	return b.Buffer.Write(p)
+}
