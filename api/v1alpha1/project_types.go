@@ -721,6 +721,7 @@ type BacklogStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule=`self.metadata.name.size() <= 63 && self.metadata.name.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="name must be a DNS label (at most 63 lowercase letters, digits and '-'): Shepherd uses it in labels and child names"
 // +kubebuilder:resource:shortName=proj,categories=shepherd
 // +kubebuilder:printcolumn:name="Repository",type=string,JSONPath=`.spec.repository.url`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.spec.agent.type`

@@ -166,6 +166,7 @@ type WorktreeStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule=`self.metadata.name.size() <= 63 && self.metadata.name.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="name must be a DNS label (at most 63 lowercase letters, digits and '-'): Shepherd uses it in labels and child names"
 // +kubebuilder:resource:shortName=wt,categories=shepherd
 // +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.projectRef.name`
 // +kubebuilder:printcolumn:name="Branch",type=string,JSONPath=`.spec.branch`

@@ -242,6 +242,20 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.agent.credentials[0].envName: Invalid value: "1BAD": spec.agent.credentials[0].envName in body should match '^[A-Za-z_][A-Za-z0-9_]*$'`,
 		}),
+		Entry("SendToAgent on exited", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerExited, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionSendToAgent}).Obj()
+			},
+			want: `spec.reactions.exited: Invalid value: action SendToAgent is not valid for exited: the agent has exited; use Notify or None`,
+		}),
+		Entry("a Project name longer than a label value", invalid{
+			obj:  func(ns string) client.Object { return MakeProject(strings.Repeat("p", 64), ns).Obj() },
+			want: `<nil>: Invalid value: name must be a DNS label (at most 63 lowercase letters, digits and '-'): Shepherd uses it in labels and child names`,
+		}),
+		Entry("a session name with a dot", invalid{
+			obj:  func(ns string) client.Object { return MakeSession("fix.42", ns, "p").Issue("42").Obj() },
+			want: `<nil>: Invalid value: name must be a DNS label (at most 63 lowercase letters, digits and '-'): Shepherd uses it in labels and child names`,
+		}),
 		// Worktree
 		Entry("a branch starting with a dash", invalid{
 			obj:  func(ns string) client.Object { return MakeWorktree("w", ns, "p", "-x").Obj() },
