@@ -1,0 +1,239 @@
+// Package claudecode adapts Claude Code's print mode:
+//
+//	claude -p --output-format stream-json --verbose --permission-mode <mode> [--model M] [--resume ID]
+//
+// with the prompt on stdin (so a prompt that starts with "-" is never read as a flag). Output is
+// one JSON object per line: system/init (session id, model), system/api_retry (the CLI retries
+// the model API by itself), assistant messages (text and tool_use blocks), user messages
+// (tool results) and a final result (summary, cost, tokens).
+package claudecode
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/agent"
+)
+
+// Binary is the program name looked up on PATH.
+const Binary = "claude"
+
+// AskTool is Claude Code's tool for asking the user a structured question.
+const AskTool = "AskUserQuestion"
+
+func init() { agent.Register(Adapter{}) }
+
+// Adapter is the claude-code agent.
+type Adapter struct{}
+
+// Type implements agent.Agent.
+func (Adapter) Type() agentsv1alpha1.AgentType { return agentsv1alpha1.AgentClaudeCode }
+
+// Capabilities implements agent.Agent.
+func (Adapter) Capabilities() agent.Capabilities {
+	return agent.Capabilities{CanResume: true, ResumeNeedsSessionID: true, ReportsCost: true}
+}
+
+// PermissionFlag maps a Shepherd permission mode to --permission-mode. ReadOnly is Claude Code's
+// plan mode: it reads and plans, and edits nothing.
+func PermissionFlag(m agentsv1alpha1.PermissionMode) (string, error) {
+	switch m {
+	case "", agentsv1alpha1.PermissionBypass:
+		return "bypassPermissions", nil
+	case agentsv1alpha1.PermissionAcceptEdits:
+		return "acceptEdits", nil
+	case agentsv1alpha1.PermissionReadOnly:
+		return "plan", nil
+	}
+	return "", fmt.Errorf("claude-code: unknown permission mode %q", m)
+}
+
+// Command implements agent.Agent.
+func (Adapter) Command(t agent.Turn) (agent.Command, error) {
+	mode, err := PermissionFlag(t.Permission)
+	if err != nil {
+		return agent.Command{}, err
+	}
+	args := []string{"-p", "--output-format", "stream-json", "--verbose", "--permission-mode", mode}
+	if t.Model != "" {
+		args = append(args, "--model", t.Model)
+	}
+	if t.Resume {
+		if t.SessionID == "" {
+			return agent.Command{}, fmt.Errorf("claude-code: resuming needs the session id of the conversation")
+		}
+		args = append(args, "--resume", t.SessionID)
+	}
+	args = append(args, t.ExtraArgs...)
+	return agent.Command{Name: Binary, Args: args, Stdin: t.Prompt}, nil
+}
+
+// NewParser implements agent.Agent.
+func (Adapter) NewParser() agent.Parser { return &parser{} }
+
+type parser struct {
+	sawResult bool
+	lines     int
+}
+
+type contentBlock struct {
+	Type  string          `json:"type"`
+	Text  string          `json:"text"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+}
+
+type line struct {
+	Type      string `json:"type"`
+	Subtype   string `json:"subtype"`
+	SessionID string `json:"session_id"`
+	Model     string `json:"model"`
+	// api_retry
+	Attempt    int             `json:"attempt"`
+	MaxRetries int             `json:"max_retries"`
+	RetryDelay float64         `json:"retry_delay_ms"`
+	Error      json.RawMessage `json:"error"`
+	// assistant / user
+	Message *struct {
+		Model   string         `json:"model"`
+		Content []contentBlock `json:"content"`
+	} `json:"message"`
+	// result
+	IsError           bool    `json:"is_error"`
+	Result            string  `json:"result"`
+	TotalCostUSD      float64 `json:"total_cost_usd"`
+	PermissionDenials []struct {
+		ToolName string `json:"tool_name"`
+	} `json:"permission_denials"`
+	Usage *struct {
+		InputTokens              int64 `json:"input_tokens"`
+		OutputTokens             int64 `json:"output_tokens"`
+		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	} `json:"usage"`
+}
+
+func (p *parser) Line(raw []byte) []agent.Event {
+	if strings.TrimSpace(string(raw)) == "" {
+		return nil
+	}
+	p.lines++
+	var l line
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return []agent.Event{agent.MalformedLine("claude-code", raw, err)}
+	}
+	switch l.Type {
+	case "system":
+		switch l.Subtype {
+		case "init":
+			return []agent.Event{
+				{Kind: agent.KindSession, SessionID: l.SessionID, Model: l.Model},
+				{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive},
+			}
+		case "api_retry":
+			return []agent.Event{{Kind: agent.KindError, Retrying: true,
+				Text: fmt.Sprintf("model API retry %d/%d in %.0fms: %s", l.Attempt, l.MaxRetries, l.RetryDelay, errorText(l.Error))}}
+		}
+		return nil
+	case "assistant":
+		if l.Message == nil {
+			return nil
+		}
+		events := []agent.Event{{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}}
+		for _, b := range l.Message.Content {
+			switch b.Type {
+			case "text":
+				if strings.TrimSpace(b.Text) != "" {
+					events = append(events, agent.Event{Kind: agent.KindText, Text: b.Text})
+				}
+			case "tool_use":
+				events = append(events, agent.Event{Kind: agent.KindToolUse, Tool: b.Name, Text: agent.Truncate(string(b.Input), 512)})
+				if b.Name == AskTool {
+					if q := askQuestion(b.Input); q != "" {
+						events = append(events, agent.Event{Kind: agent.KindQuestion, Text: q})
+					}
+				}
+			}
+		}
+		return events
+	case "user":
+		return []agent.Event{{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}}
+	case "result":
+		p.sawResult = true
+		var events []agent.Event
+		u := agent.Usage{CostUSD: l.TotalCostUSD}
+		if l.Usage != nil {
+			u.InputTokens = l.Usage.InputTokens + l.Usage.CacheCreationInputTokens
+			u.OutputTokens = l.Usage.OutputTokens
+			u.CacheReadTokens = l.Usage.CacheReadInputTokens
+		}
+		events = append(events, agent.Event{Kind: agent.KindUsage, Usage: &u})
+		if l.SessionID != "" {
+			events = append(events, agent.Event{Kind: agent.KindSession, SessionID: l.SessionID})
+		}
+		if len(l.PermissionDenials) > 0 {
+			var tools []string
+			for _, d := range l.PermissionDenials {
+				tools = append(tools, d.ToolName)
+			}
+			events = append(events, agent.Event{Kind: agent.KindError, Denied: true,
+				Text: "permission denied for " + strings.Join(tools, ", ")})
+		}
+		isErr := l.IsError || (l.Subtype != "" && l.Subtype != "success")
+		if !isErr {
+			if q := agent.QuestionFromText(l.Result); q != "" {
+				events = append(events, agent.Event{Kind: agent.KindQuestion, Text: q})
+			}
+		}
+		summary := l.Result
+		if isErr && summary == "" {
+			summary = "turn ended with " + l.Subtype
+		}
+		return append(events, agent.Event{Kind: agent.KindTurnResult, Text: summary, IsError: isErr})
+	}
+	return nil
+}
+
+func (p *parser) Finish() []agent.Event {
+	if p.sawResult {
+		return nil
+	}
+	return []agent.Event{{Kind: agent.KindError, Malformed: true,
+		Text: fmt.Sprintf("claude-code: output ended after %d lines without a result event", p.lines)}}
+}
+
+// askQuestion joins the questions of an AskUserQuestion tool input.
+func askQuestion(input json.RawMessage) string {
+	var in struct {
+		Question  string `json:"question"`
+		Questions []struct {
+			Question string `json:"question"`
+		} `json:"questions"`
+	}
+	if json.Unmarshal(input, &in) != nil {
+		return ""
+	}
+	qs := []string{}
+	if in.Question != "" {
+		qs = append(qs, in.Question)
+	}
+	for _, q := range in.Questions {
+		if q.Question != "" {
+			qs = append(qs, q.Question)
+		}
+	}
+	return agent.Truncate(strings.Join(qs, "\n"), 4096)
+}
+
+func errorText(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "unknown error"
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return agent.Truncate(string(raw), 300)
+}

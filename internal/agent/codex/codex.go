@@ -1,0 +1,212 @@
+// Package codex adapts Codex's non-interactive mode:
+//
+//	codex exec --json --skip-git-repo-check <sandbox flags> [-m M] -                  (first turn)
+//	codex exec --json --skip-git-repo-check <sandbox flags> [-m M] resume <THREAD> -  (resumed)
+//
+// The prompt is read from stdin ("-"). Exec-level flags go before the resume subcommand, where
+// codex reads them. Output is JSONL: thread.started (thread_id), turn.started, item.started /
+// item.updated / item.completed (agent_message, reasoning, command_execution, file_change,
+// mcp_tool_call, web_search, todo_list, error), request_user_input, turn.completed (usage),
+// turn.failed and error (the CLI reports its reconnect attempts there).
+package codex
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/agent"
+)
+
+// Binary is the program name looked up on PATH.
+const Binary = "codex"
+
+func init() { agent.Register(Adapter{}) }
+
+// Adapter is the codex agent.
+type Adapter struct{}
+
+// Type implements agent.Agent.
+func (Adapter) Type() agentsv1alpha1.AgentType { return agentsv1alpha1.AgentCodex }
+
+// Capabilities implements agent.Agent.
+func (Adapter) Capabilities() agent.Capabilities {
+	return agent.Capabilities{CanResume: true, ResumeNeedsSessionID: true}
+}
+
+// PermissionArgs maps a permission mode to codex's sandbox flags. In exec mode codex never asks
+// for approval, so what the sandbox refuses stays refused. Bypass drops codex's own sandbox: the
+// pod is the sandbox, and codex's Landlock/seccomp sandbox is often unavailable in a restricted
+// container anyway.
+func PermissionArgs(m agentsv1alpha1.PermissionMode) ([]string, error) {
+	switch m {
+	case "", agentsv1alpha1.PermissionBypass:
+		return []string{"--dangerously-bypass-approvals-and-sandbox"}, nil
+	case agentsv1alpha1.PermissionAcceptEdits:
+		return []string{"--sandbox", "workspace-write"}, nil
+	case agentsv1alpha1.PermissionReadOnly:
+		return []string{"--sandbox", "read-only"}, nil
+	}
+	return nil, fmt.Errorf("codex: unknown permission mode %q", m)
+}
+
+// Command implements agent.Agent.
+func (Adapter) Command(t agent.Turn) (agent.Command, error) {
+	perm, err := PermissionArgs(t.Permission)
+	if err != nil {
+		return agent.Command{}, err
+	}
+	args := []string{"exec", "--json", "--skip-git-repo-check"}
+	args = append(args, perm...)
+	if t.Model != "" {
+		args = append(args, "-m", t.Model)
+	}
+	args = append(args, t.ExtraArgs...)
+	if t.Resume {
+		if t.SessionID == "" {
+			return agent.Command{}, fmt.Errorf("codex: resuming needs the thread id of the conversation")
+		}
+		args = append(args, "resume", t.SessionID)
+	}
+	args = append(args, "-")
+	return agent.Command{Name: Binary, Args: args, Stdin: t.Prompt}, nil
+}
+
+// NewParser implements agent.Agent.
+func (Adapter) NewParser() agent.Parser { return &parser{} }
+
+type parser struct {
+	lastMessage string
+	ended       bool
+	lines       int
+}
+
+type item struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Command  string `json:"command"`
+	Status   string `json:"status"`
+	ExitCode *int   `json:"exit_code"`
+	Message  string `json:"message"`
+	Server   string `json:"server"`
+	Tool     string `json:"tool"`
+	Query    string `json:"query"`
+	Changes  []struct {
+		Path string `json:"path"`
+		Kind string `json:"kind"`
+	} `json:"changes"`
+}
+
+type line struct {
+	Type     string `json:"type"`
+	ThreadID string `json:"thread_id"`
+	Item     *item  `json:"item"`
+	Usage    *struct {
+		InputTokens       int64 `json:"input_tokens"`
+		CachedInputTokens int64 `json:"cached_input_tokens"`
+		OutputTokens      int64 `json:"output_tokens"`
+	} `json:"usage"`
+	Error     *struct{ Message string } `json:"error"`
+	Message   string                    `json:"message"`
+	Questions []struct {
+		Question string `json:"question"`
+	} `json:"questions"`
+}
+
+func (p *parser) Line(raw []byte) []agent.Event {
+	if strings.TrimSpace(string(raw)) == "" {
+		return nil
+	}
+	p.lines++
+	var l line
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return []agent.Event{agent.MalformedLine("codex", raw, err)}
+	}
+	active := agent.Event{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}
+	switch l.Type {
+	case "thread.started":
+		return []agent.Event{{Kind: agent.KindSession, SessionID: l.ThreadID}, active}
+	case "turn.started":
+		return []agent.Event{active}
+	case "item.started", "item.updated":
+		if l.Item == nil {
+			return nil
+		}
+		if l.Item.Type == "command_execution" && l.Type == "item.started" {
+			return []agent.Event{active, {Kind: agent.KindToolUse, Tool: "command_execution", Text: agent.Truncate(l.Item.Command, 512)}}
+		}
+		return []agent.Event{active}
+	case "item.completed":
+		if l.Item == nil {
+			return nil
+		}
+		return p.completed(*l.Item)
+	case "request_user_input":
+		var qs []string
+		for _, q := range l.Questions {
+			qs = append(qs, q.Question)
+		}
+		return []agent.Event{{Kind: agent.KindQuestion, Text: agent.Truncate(strings.Join(qs, "\n"), 4096)}}
+	case "turn.completed":
+		p.ended = true
+		var events []agent.Event
+		if l.Usage != nil {
+			events = append(events, agent.Event{Kind: agent.KindUsage, Usage: &agent.Usage{
+				InputTokens: l.Usage.InputTokens - l.Usage.CachedInputTokens, CacheReadTokens: l.Usage.CachedInputTokens,
+				OutputTokens: l.Usage.OutputTokens}})
+		}
+		if q := agent.QuestionFromText(p.lastMessage); q != "" {
+			events = append(events, agent.Event{Kind: agent.KindQuestion, Text: q})
+		}
+		return append(events, agent.Event{Kind: agent.KindTurnResult, Text: p.lastMessage})
+	case "turn.failed":
+		p.ended = true
+		msg := "turn failed"
+		if l.Error != nil && l.Error.Message != "" {
+			msg = l.Error.Message
+		}
+		return []agent.Event{{Kind: agent.KindTurnResult, Text: msg, IsError: true}}
+	case "error":
+		// Codex reports its own reconnect attempts here ("Reconnecting... 2/5"); the turn goes on
+		// or ends with turn.failed.
+		return []agent.Event{{Kind: agent.KindError, Retrying: true, Text: l.Message}}
+	}
+	return nil
+}
+
+func (p *parser) completed(it item) []agent.Event {
+	active := agent.Event{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}
+	switch it.Type {
+	case "agent_message":
+		p.lastMessage = it.Text
+		return []agent.Event{active, {Kind: agent.KindText, Text: it.Text}}
+	case "command_execution":
+		if it.Status == "declined" {
+			return []agent.Event{{Kind: agent.KindError, Denied: true, Text: "command declined: " + agent.Truncate(it.Command, 300)}}
+		}
+		return []agent.Event{active}
+	case "file_change":
+		var paths []string
+		for _, c := range it.Changes {
+			paths = append(paths, c.Kind+" "+c.Path)
+		}
+		return []agent.Event{active, {Kind: agent.KindToolUse, Tool: "file_change", Text: agent.Truncate(strings.Join(paths, ", "), 512)}}
+	case "mcp_tool_call":
+		return []agent.Event{active, {Kind: agent.KindToolUse, Tool: it.Server + "." + it.Tool}}
+	case "web_search":
+		return []agent.Event{active, {Kind: agent.KindToolUse, Tool: "web_search", Text: it.Query}}
+	case "error":
+		return []agent.Event{{Kind: agent.KindError, Text: it.Message}}
+	}
+	return []agent.Event{active}
+}
+
+func (p *parser) Finish() []agent.Event {
+	if p.ended {
+		return nil
+	}
+	return []agent.Event{{Kind: agent.KindError, Malformed: true,
+		Text: fmt.Sprintf("codex: output ended after %d lines without turn.completed or turn.failed", p.lines)}}
+}

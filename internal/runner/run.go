@@ -1,0 +1,489 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/workspace"
+)
+
+// RunConfig is everything `runner run` takes.
+type RunConfig struct {
+	// Workdir is the checkout prepared for the session.
+	Workdir string
+	Channel Channel
+	// Self is the runner binary, git's credential helper.
+	Self    string
+	GitPath string
+	// PollWait is how long one long poll for messages waits; default 30s.
+	PollWait time.Duration
+	// Debounce is the least time between two coalesced reports; default 1s.
+	Debounce time.Duration
+	// Heartbeat is the interval of reports sent without a change; default 30s.
+	Heartbeat time.Duration
+	// StopGrace is how long the agent gets between SIGTERM and SIGKILL; default 10s.
+	StopGrace time.Duration
+	// Stdout receives the agent's own output (kubectl logs); Stderr the agent's stderr and the
+	// runner's notes.
+	Stdout, Stderr io.Writer
+}
+
+// InterruptedPrompt resumes a conversation whose turn was cut short when its pod went away.
+const InterruptedPrompt = "Your previous run was interrupted before it finished (the pod running you was replaced). " +
+	"Continue the task from where you left off."
+
+func (c *RunConfig) defaults() {
+	if c.PollWait == 0 {
+		c.PollWait = 30 * time.Second
+	}
+	if c.Debounce == 0 {
+		c.Debounce = time.Second
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 30 * time.Second
+	}
+	if c.StopGrace == 0 {
+		c.StopGrace = 10 * time.Second
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+}
+
+// runner holds one `runner run`.
+type runner struct {
+	cfg      RunConfig
+	client   *runnerapi.Client
+	task     *runnerapi.Task
+	adapter  agent.Agent
+	git      *workspace.Git
+	stateDir string
+	rep      *reporter
+	// sessionID is the agent's conversation id; turns counts turns run by this process.
+	sessionID string
+	model     string
+	turns     int
+	pr        *runnerapi.PullRequestResult
+}
+
+// Run runs the agent until it exits abnormally or ctx ends (the pod is stopping). It returns the
+// exit code the runner should exit with: the agent's when it crashed, 0 on a stop.
+func Run(ctx context.Context, cfg RunConfig) (int, error) {
+	cfg.defaults()
+	if !cfg.Channel.Enabled() {
+		return 1, fmt.Errorf("run needs the manager URL")
+	}
+	client, err := cfg.Channel.Client()
+	if err != nil {
+		return 1, err
+	}
+	r := &runner{cfg: cfg, client: client, git: NewGit(cfg.GitPath, cfg.Self, cfg.Channel, nil)}
+	if err := retry(ctx, "get task", func() error {
+		var err error
+		r.task, err = client.Task(ctx)
+		return err
+	}); err != nil {
+		return 1, err
+	}
+	if r.adapter, err = agent.Get(r.task.Agent.Type); err != nil {
+		return 1, err
+	}
+	gitDir, err := r.git.Run(ctx, cfg.Workdir, "rev-parse", "--absolute-git-dir")
+	if err != nil {
+		return 1, fmt.Errorf("the workdir is not a prepared checkout: %w", err)
+	}
+	r.stateDir = filepath.Join(workspace.StateDir(gitDir), "agent")
+	if err := os.MkdirAll(r.stateDir, 0o755); err != nil {
+		return 1, fmt.Errorf("create agent state dir: %w", err)
+	}
+	if branch, _ := r.git.Run(ctx, cfg.Workdir, "symbolic-ref", "--quiet", "--short", "HEAD"); branch != r.task.Branch {
+		return 1, fmt.Errorf("the checkout is on %q, not on the session's branch %q; run prepare first", branch, r.task.Branch)
+	}
+	r.sessionID, r.pr = r.task.AgentSessionID, r.task.PullRequest
+	r.rep = newReporter(client, r.task, cfg.Debounce, cfg.Heartbeat, cfg.Stderr)
+	repCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
+	repDone := make(chan struct{})
+	go func() { defer close(repDone); r.rep.loop(repCtx) }()
+	defer func() {
+		// Deliver the last reports (the exit, say) even when ctx is already done.
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		r.rep.flush(flushCtx)
+		cancel()
+		stopReports()
+		<-repDone
+	}()
+	return r.loop(ctx)
+}
+
+func (r *runner) notef(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Stderr, "shepherd-runner: "+format+"\n", args...)
+}
+
+func (r *runner) restored() bool {
+	if r.sessionID != "" {
+		return true
+	}
+	if r.adapter.Capabilities().ResumeNeedsSessionID {
+		return false
+	}
+	// Aider's conversation is its chat history in the state dir.
+	entries, _ := os.ReadDir(r.stateDir)
+	return len(entries) > 0
+}
+
+func (r *runner) loop(ctx context.Context) (int, error) {
+	switch {
+	case !r.restored():
+		prompt := r.task.Prompt
+		if r.task.Agent.ExtraInstructions != "" {
+			prompt += "\n\n" + r.task.Agent.ExtraInstructions
+		}
+		if code, done, err := r.turn(ctx, prompt, false, nil); done {
+			return code, err
+		}
+	case r.task.LastActivity == agentsv1alpha1.ActivityActive:
+		r.notef("resuming conversation %s, whose last turn was interrupted", r.sessionID)
+		if code, done, err := r.turn(ctx, InterruptedPrompt, true, nil); done {
+			return code, err
+		}
+	default:
+		r.notef("restored conversation %s; waiting for messages", r.sessionID)
+	}
+	return r.deliverMessages(ctx)
+}
+
+// deliverMessages long-polls for follow-ups and runs each as a resumed turn, in order.
+func (r *runner) deliverMessages(ctx context.Context) (int, error) {
+	backoff := time.Second
+	for {
+		if ctx.Err() != nil {
+			return r.stopped()
+		}
+		msgs, err := r.client.Pending(ctx, r.cfg.PollWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return r.stopped()
+			}
+			r.notef("polling messages failed (retrying in %s): %v", backoff, err)
+			select {
+			case <-ctx.Done():
+				return r.stopped()
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+		if len(msgs) == 0 {
+			continue
+		}
+		m := msgs[0]
+		ack := func() {
+			if err := retry(ctx, "ack message", func() error { return r.client.Ack(ctx, m.ID) }); err != nil {
+				r.notef("acknowledging message %s failed: %v", m.ID, err)
+			}
+		}
+		r.notef("delivering message %s as a new turn", m.ID)
+		if code, done, err := r.turn(ctx, m.Text, true, ack); done {
+			return code, err
+		}
+	}
+}
+
+func (r *runner) stopped() (int, error) {
+	r.rep.setActivity(agentsv1alpha1.ActivityExited, "", "the runner was stopped", nil)
+	return 0, nil
+}
+
+// turnState gathers one turn's events.
+type turnState struct {
+	question string
+	result   *agent.Event
+	denied   []string
+	errors   []string
+	usage    agent.Usage
+}
+
+// turn runs one agent process. done says the runner must end with code: the agent crashed, or
+// the runner is stopping.
+func (r *runner) turn(ctx context.Context, prompt string, resume bool, started func()) (code int, done bool, err error) {
+	caps := r.adapter.Capabilities()
+	if resume && caps.ResumeNeedsSessionID && r.sessionID == "" {
+		r.notef("the agent never reported a conversation id; starting a new conversation for this turn")
+		resume = false
+	}
+	spec, err := r.adapter.Command(agent.Turn{
+		Prompt: prompt, Resume: resume, SessionID: r.sessionID, Model: r.task.Agent.Model,
+		Permission: r.task.Agent.PermissionMode, ExtraArgs: r.task.Agent.ExtraArgs, Workdir: r.cfg.Workdir, StateDir: r.stateDir,
+	})
+	if err != nil {
+		return 1, true, err
+	}
+	headBefore, _ := r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "HEAD")
+	r.rep.setActivity(agentsv1alpha1.ActivityActive, "", "", nil)
+
+	cmd := exec.Command(spec.Name, spec.Args...)
+	cmd.Dir = r.cfg.Workdir
+	cmd.Env = append(agentEnv(), spec.Env...)
+	if spec.Stdin != "" {
+		cmd.Stdin = strings.NewReader(spec.Stdin)
+	}
+	// Its own process group, so a stop reaches the tools the agent started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 1, true, fmt.Errorf("agent stdout: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return 1, true, fmt.Errorf("agent stderr: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		msg := fmt.Sprintf("could not start %s: %v", spec.Name, err)
+		r.rep.setActivity(agentsv1alpha1.ActivityExited, "", msg, ptrInt32(127))
+		return 127, true, errors.New(msg)
+	}
+	if started != nil {
+		started()
+	}
+	stopWatch := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-stopWatch:
+			case <-time.After(r.cfg.StopGrace):
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			}
+		case <-stopWatch:
+		}
+	}()
+
+	tail := &workspace.Tail{Max: 20}
+	st := &turnState{}
+	parser := r.adapter.NewParser()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(io.MultiWriter(r.cfg.Stderr, tail), stderr)
+	}()
+	br := bufio.NewReaderSize(stdout, 64<<10)
+	for {
+		line, err := agent.ReadLine(br)
+		if len(line) > 0 || err == nil {
+			_, _ = r.cfg.Stdout.Write(append(line, '\n'))
+			_, _ = tail.Write(append(line, '\n'))
+			for _, ev := range parser.Line(line) {
+				r.handle(ev, st)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	wg.Wait()
+	waitErr := cmd.Wait()
+	close(stopWatch)
+	for _, ev := range parser.Finish() {
+		r.handle(ev, st)
+	}
+	exit := 0
+	if waitErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) {
+			return 1, true, fmt.Errorf("wait for agent: %w", waitErr)
+		}
+		exit = ee.ExitCode()
+		if exit < 0 {
+			exit = 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
+		}
+	}
+	r.turns++
+	r.rep.update(func() {
+		r.rep.usage.Add(st.usage)
+		r.rep.turns++
+		if st.result != nil && st.result.Text != "" {
+			r.rep.summary = agent.Truncate(st.result.Text, 4096)
+		}
+	})
+	if ctx.Err() != nil {
+		code, err := r.stopped()
+		return code, true, err
+	}
+	r.publish(ctx, headBefore, st)
+	if exit != 0 {
+		msg := fmt.Sprintf("agent exited with code %d", exit)
+		if st.result != nil && st.result.IsError && st.result.Text != "" {
+			msg += ": " + st.result.Text
+		}
+		msg += "\n" + tail.String()
+		r.rep.setActivity(agentsv1alpha1.ActivityExited, "", msg, ptrInt32(int32(exit)))
+		return exit, true, nil
+	}
+	switch {
+	case st.question != "":
+		r.rep.setActivity(agentsv1alpha1.ActivityWaitingForInput, st.question, "", nil)
+	case len(st.denied) > 0:
+		r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", strings.Join(st.denied, "\n"), nil)
+	case st.result != nil && st.result.IsError:
+		r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", st.result.Text, nil)
+	case st.result == nil:
+		r.rep.setActivity(agentsv1alpha1.ActivityReady, "", "the turn ended without a result: "+strings.Join(st.errors, "; "), nil)
+	default:
+		r.rep.setActivity(agentsv1alpha1.ActivityReady, "", "", nil)
+	}
+	return 0, false, nil
+}
+
+// handle folds one event into the turn and the reports.
+func (r *runner) handle(ev agent.Event, st *turnState) {
+	switch ev.Kind {
+	case agent.KindActivity, agent.KindToolUse, agent.KindText:
+		if r.rep.state() == agentsv1alpha1.ActivityBlocked {
+			r.rep.setActivity(agentsv1alpha1.ActivityActive, "", "", nil)
+		} else {
+			r.rep.touch()
+		}
+	case agent.KindSession:
+		if (ev.SessionID != "" && ev.SessionID != r.sessionID) || (ev.Model != "" && ev.Model != r.model) {
+			if ev.SessionID != "" {
+				r.sessionID = ev.SessionID
+			}
+			if ev.Model != "" {
+				r.model = ev.Model
+			}
+			r.rep.update(func() { r.rep.agentInfo = runnerapi.AgentReport{SessionID: r.sessionID, Model: r.model} })
+		}
+	case agent.KindQuestion:
+		st.question = ev.Text
+	case agent.KindTurnResult:
+		e := ev
+		st.result = &e
+	case agent.KindUsage:
+		if ev.Usage != nil {
+			st.usage.Add(*ev.Usage)
+		}
+	case agent.KindError:
+		switch {
+		case ev.Retrying:
+			r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", ev.Text, nil)
+		case ev.Denied:
+			st.denied = append(st.denied, ev.Text)
+		default:
+			st.errors = append(st.errors, ev.Text)
+			r.notef("%s", ev.Text)
+		}
+	}
+}
+
+// publish pushes new commits and asks for the pull request. Failures are reported, not fatal:
+// the commits stay in the checkout and the next turn tries again.
+func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) {
+	facts, err := workspace.ReadFacts(ctx, r.git, r.cfg.Workdir)
+	if err != nil {
+		r.notef("reading the checkout failed: %v", err)
+		return
+	}
+	r.rep.update(func() { r.rep.workspace = workspaceReport(facts, r.cfg.Workdir) })
+	if facts.Unpushed == 0 {
+		return
+	}
+	if facts.Head == headBefore {
+		r.notef("%d commit(s) from an earlier turn are not pushed yet; pushing them now", facts.Unpushed)
+	}
+	if _, err := r.git.Run(ctx, r.cfg.Workdir, "push", "--porcelain", "origin", "HEAD:refs/heads/"+r.task.Branch); err != nil {
+		r.notef("push failed: %v", err)
+		st.errors = append(st.errors, "push failed: "+err.Error())
+		r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", "push failed: "+agent.Truncate(err.Error(), 3000), nil)
+		return
+	}
+	facts, _ = workspace.ReadFacts(ctx, r.git, r.cfg.Workdir)
+	r.rep.update(func() {
+		r.rep.workspace = workspaceReport(facts, r.cfg.Workdir)
+		r.rep.push = &runnerapi.PushReport{Branch: r.task.Branch, Head: facts.Head}
+	})
+	summary := ""
+	if st.result != nil {
+		summary = st.result.Text
+	}
+	req := runnerapi.PullRequestRequest{Branch: r.task.Branch, Base: r.task.BaseBranch, Head: facts.Head,
+		Title: prTitle(r.task), Body: prBody(r.task, summary)}
+	var pr *runnerapi.PullRequestResult
+	err = retry(ctx, "open pull request", func() error {
+		var err error
+		pr, err = r.client.OpenPullRequest(ctx, req)
+		return err
+	})
+	if err != nil {
+		r.notef("asking for the pull request failed: %v", err)
+		return
+	}
+	r.pr = pr
+	verb := "updated"
+	if pr.Created {
+		verb = "opened"
+	}
+	r.notef("pull request #%d %s: %s", pr.Number, verb, pr.URL)
+}
+
+func prTitle(t *runnerapi.Task) string {
+	title := t.Title
+	if title == "" && t.Issue != nil {
+		title = t.Issue.Title
+	}
+	if title == "" {
+		title, _, _ = strings.Cut(strings.TrimSpace(t.Prompt), "\n")
+	}
+	if title == "" {
+		title = "Changes on " + t.Branch
+	}
+	return agent.Truncate(title, 256)
+}
+
+func prBody(t *runnerapi.Task, summary string) string {
+	var b strings.Builder
+	if summary != "" {
+		b.WriteString(summary)
+		b.WriteString("\n\n")
+	}
+	if t.Issue != nil && t.Issue.ID != "" {
+		ref := t.Issue.ID
+		if !strings.HasPrefix(ref, "#") && !strings.Contains(ref, "-") {
+			ref = "#" + ref
+		}
+		fmt.Fprintf(&b, "Resolves %s\n\n", ref)
+	}
+	b.WriteString("---\nOpened by Shepherd for the agent's work on this branch.")
+	return agent.Truncate(b.String(), 65536)
+}
+
+// agentEnv is the runner's environment without its own settings.
+func agentEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SHEPHERD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func ptrInt32(v int32) *int32 { return &v }

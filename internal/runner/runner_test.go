@@ -1,0 +1,455 @@
+package runner_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	_ "github.com/shepherd-dev/shepherd/internal/agent/all"
+	"github.com/shepherd-dev/shepherd/internal/runner"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi/runnerapitest"
+	"github.com/shepherd-dev/shepherd/internal/workspace"
+	"github.com/shepherd-dev/shepherd/test/gitserver"
+)
+
+// runnerBin is the real runner binary (git runs it as the credential helper).
+var runnerBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "runner-test-bin-")
+	if err != nil {
+		panic(err)
+	}
+	runnerBin = filepath.Join(dir, "runner")
+	fake := filepath.Join(dir, "fakeagent")
+	for pkg, out := range map[string]string{"github.com/shepherd-dev/shepherd/cmd/runner": runnerBin, "github.com/shepherd-dev/shepherd/test/fakeagent": fake} {
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			panic(fmt.Sprintf("build %s: %v: %s", pkg, err, b))
+		}
+	}
+	// One fake binary answers to every agent's name, like the real CLIs on PATH.
+	for _, name := range []string{"claude", "codex", "aider", "opencode"} {
+		if err := os.Symlink(fake, filepath.Join(dir, name)); err != nil {
+			panic(err)
+		}
+	}
+	_ = os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const (
+	repo     = "acme/widgets"
+	user     = "x-access-token"
+	password = "s3cr3t-short-lived-credential"
+)
+
+// Hostile input: shell metacharacters, quotes, newlines and unicode.
+const (
+	hostileBranch  = `shepherd/$(touch${IFS}pwned);a|b&c'"<d>` + "`id`-ünï-🚀"
+	hostilePrompt  = "Fix the bug; rm -rf / && echo $(whoami) `id` | tee x > y\n\"double\" 'single' \\back\\slash\n--resume evil -m gpt\nünïcødé 🚀 $HOME ${PATH}"
+	hostileMessage = "-n also: $(touch pwned)\n'quote \"nested\"' && exit 1; ✓ 你好"
+)
+
+// scenario is a fake agent scenario (see test/fakeagent).
+type scenario struct {
+	Turns []turn `json:"turns"`
+}
+type turn struct {
+	Steps  []map[string]any `json:"steps"`
+	Result string           `json:"result,omitempty"`
+}
+
+func write(path, content string) map[string]any {
+	return map[string]any{"write": map[string]string{"path": path, "content": content}}
+}
+func commit(msg string) map[string]any { return map[string]any{"commit": msg} }
+
+type call struct {
+	Agent        string   `json:"agent"`
+	Args         []string `json:"args"`
+	Prompt       string   `json:"prompt"`
+	Conversation string   `json:"conversation"`
+	Resumed      bool     `json:"resumed"`
+	Turn         int      `json:"turn"`
+}
+
+type harness struct {
+	t        *testing.T
+	srv      *gitserver.Server
+	env      *runnerapitest.Env
+	session  types.NamespacedName
+	state    string
+	checkout string
+	branch   string
+	stdout   *syncBuffer
+	stderr   *syncBuffer
+	cancel   context.CancelFunc
+	done     chan result
+}
+
+type result struct {
+	code int
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type options struct {
+	agent  agentsv1alpha1.AgentType
+	mode   agentsv1alpha1.WorkspaceMode
+	branch string
+	prompt string
+	sc     scenario
+}
+
+// newHarness starts a git server that requires credentials, the real channel handler with an
+// in-memory backend, and prepares the checkout through the runner's credential helper.
+func newHarness(t *testing.T, o options) *harness {
+	t.Helper()
+	g := NewWithT(t)
+	h := &harness{t: t, session: types.NamespacedName{Namespace: "team-a", Name: "fix-widgets"}, branch: o.branch,
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	var err error
+	h.srv, err = gitserver.New(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	h.srv.Username, h.srv.Password = user, password
+	g.Expect(h.srv.Start("127.0.0.1:0")).To(Succeed())
+	t.Cleanup(func() { _ = h.srv.Close() })
+	_, err = h.srv.Seed(repo, "main", map[string]string{"README.md": "# widgets\n"})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	h.env, err = runnerapitest.Start(h.session, t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(h.env.Close)
+	u, _ := url.Parse(h.srv.URL(repo))
+	h.env.Backend.SetCredentials(u.Host, runnerapi.Credentials{Username: user, Password: password, ExpiresAt: time.Now().Add(time.Hour)})
+	h.env.Backend.SetTask(h.session, runnerapi.Task{
+		Agent:  runnerapi.AgentConfig{Type: o.agent, PermissionMode: agentsv1alpha1.PermissionBypass},
+		Prompt: o.prompt, Title: "Fix the widgets", Issue: &runnerapi.Issue{ID: "42"},
+		Repository: h.srv.URL(repo), Branch: o.branch, BaseBranch: "main",
+	})
+
+	dir := t.TempDir()
+	raw, err := json.Marshal(o.sc)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(filepath.Join(dir, "scenario.json"), raw, 0o644)).To(Succeed())
+	h.state = filepath.Join(dir, "state")
+	t.Setenv("FAKEAGENT_SCENARIO", filepath.Join(dir, "scenario.json"))
+	t.Setenv("FAKEAGENT_STATE", h.state)
+	for _, kv := range gitserver.CommitterEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+
+	root := t.TempDir()
+	wo := workspace.Options{Mode: o.mode, RemoteURL: h.srv.URL(repo), Branch: o.branch, Base: "main",
+		MirrorPath: filepath.Join(root, "mirror.git")}
+	if o.mode == agentsv1alpha1.WorkspaceWorktree {
+		wo.Path = filepath.Join(root, "worktrees", "wt-1")
+	} else {
+		wo.Path = filepath.Join(root, "checkout", "repo")
+		wo.MirrorPath = ""
+	}
+	h.checkout = wo.Path
+	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: wo, Channel: h.channel(), Self: runnerBin})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Facts.Branch).To(Equal(o.branch))
+	g.Expect(h.env.Backend.CredentialRequests()).To(BeNumerically(">", 0), "git authenticated through the runner's credential helper")
+	return h
+}
+
+func (h *harness) channel() runner.Channel {
+	return runner.Channel{ManagerURL: h.env.URL(), TokenFile: h.env.TokenFile}
+}
+
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan result, 1)
+	go func() {
+		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Self: runnerBin,
+			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second,
+			Stdout: h.stdout, Stderr: h.stderr})
+		h.done <- result{code, err}
+	}()
+	h.t.Cleanup(cancel)
+}
+
+func (h *harness) wait() result {
+	h.t.Helper()
+	var r result
+	NewWithT(h.t).Eventually(h.done).WithTimeout(60 * time.Second).Should(Receive(&r))
+	return r
+}
+
+func (h *harness) calls() []call {
+	f, err := os.Open(filepath.Join(h.state, "calls.jsonl"))
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	var out []call
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var c call
+		if json.Unmarshal(sc.Bytes(), &c) == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (h *harness) gitOut(args ...string) string {
+	out, err := (&workspace.Git{}).Run(context.Background(), h.checkout, args...)
+	NewWithT(h.t).Expect(err).NotTo(HaveOccurred())
+	return out
+}
+
+var agents = []struct {
+	typ  agentsv1alpha1.AgentType
+	mode agentsv1alpha1.WorkspaceMode
+}{
+	{agentsv1alpha1.AgentClaudeCode, agentsv1alpha1.WorkspaceWorktree},
+	{agentsv1alpha1.AgentCodex, agentsv1alpha1.WorkspaceClone},
+	{agentsv1alpha1.AgentAider, agentsv1alpha1.WorkspaceClone},
+	{agentsv1alpha1.AgentOpenCode, agentsv1alpha1.WorkspaceWorktree},
+}
+
+// TestTurnsPushAndPullRequest: a first turn that commits is pushed and its pull request asked
+// for; a follow-up message becomes a resumed turn of the same conversation, pushed and the pull
+// request updated. Branch, prompt and message are hostile and must arrive unchanged.
+func TestTurnsPushAndPullRequest(t *testing.T) {
+	for _, a := range agents {
+		t.Run(string(a.typ), func(t *testing.T) {
+			g := NewWithT(t)
+			h := newHarness(t, options{agent: a.typ, mode: a.mode, branch: hostileBranch, prompt: hostilePrompt, sc: scenario{Turns: []turn{
+				{Steps: []map[string]any{write("hello.txt", "hello\n"), commit("Add hello")}, Result: "Added hello.txt."},
+				{Steps: []map[string]any{write("follow.txt", "more\n"), commit("Follow up")}, Result: "Handled the follow-up."},
+			}}})
+			cwd := t.TempDir()
+			t.Chdir(cwd)
+			h.start()
+
+			be, s := h.env.Backend, h.session
+			g.Eventually(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(30 * time.Second).Should(HaveLen(1))
+			pr := be.PullRequests(s)[0]
+			g.Expect(pr.Branch).To(Equal(hostileBranch))
+			g.Expect(pr.Base).To(Equal("main"))
+			g.Expect(pr.Title).To(Equal("Fix the widgets"))
+			g.Expect(pr.Body).To(ContainSubstring("Added hello.txt."))
+			g.Expect(pr.Body).To(ContainSubstring("Resolves #42"))
+			g.Expect(h.srv.Ref(repo, "refs/heads/"+hostileBranch)).To(Equal(pr.Head), "the branch was pushed under its exact name")
+			g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).Should(HaveField("State", agentsv1alpha1.ActivityReady))
+
+			be.AddMessage(s, runnerapi.Message{ID: "m-1", Text: hostileMessage})
+			g.Eventually(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(30 * time.Second).Should(HaveLen(2))
+			g.Expect(be.Acked(s)).To(Equal([]string{"m-1"}))
+			second := be.PullRequests(s)[1]
+			g.Expect(second.Body).To(ContainSubstring("Handled the follow-up."))
+			g.Expect(h.srv.Ref(repo, "refs/heads/"+hostileBranch)).To(Equal(second.Head))
+			g.Expect(h.gitOut("log", "--format=%s", "-2")).To(Equal("Follow up\nAdd hello"))
+			g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).Should(HaveField("State", agentsv1alpha1.ActivityReady))
+
+			calls := h.calls()
+			g.Expect(calls).To(HaveLen(2))
+			g.Expect(calls[0].Prompt).To(Equal(hostilePrompt), "the prompt reached the agent unchanged")
+			g.Expect(calls[0].Resumed).To(BeFalse())
+			g.Expect(calls[1].Prompt).To(Equal(hostileMessage), "the message reached the agent unchanged")
+			g.Expect(calls[1].Resumed).To(BeTrue())
+			g.Expect(calls[1].Turn).To(Equal(1), "the follow-up continued the conversation")
+			g.Expect(calls[1].Conversation).To(Equal(calls[0].Conversation))
+
+			reps := be.Reports(s)
+			last := reps[len(reps)-1]
+			g.Expect(last.Usage.Turns).To(Equal(int32(2)))
+			if a.typ != agentsv1alpha1.AgentAider {
+				g.Expect(last.Agent.SessionID).To(Equal(calls[0].Conversation), "the agent's session id was reported")
+			}
+			g.Expect(last.Workspace.UnpushedCommits).To(BeZero())
+
+			h.cancel()
+			g.Expect(h.wait()).To(Equal(result{code: 0}))
+			g.Expect(be.Activity(s).State).To(Equal(agentsv1alpha1.ActivityExited))
+
+			// The agent's own output reached stdout (kubectl logs); no credential reached any log,
+			// config or URL; nothing ran the hostile strings through a shell.
+			g.Expect(h.stdout.String()).NotTo(BeEmpty())
+			for _, text := range []string{h.stdout.String(), h.stderr.String(), readAll(t, h.checkout)} {
+				g.Expect(text).NotTo(ContainSubstring(password))
+			}
+			for _, dir := range []string{cwd, h.checkout} {
+				g.Expect(filepath.Join(dir, "pwned")).NotTo(BeAnExistingFile())
+			}
+		})
+	}
+}
+
+// readAll concatenates the git configuration a credential could have leaked into.
+func readAll(t *testing.T, checkout string) string {
+	var b strings.Builder
+	common, err := (&workspace.Git{}).Run(context.Background(), checkout, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(common, "config"), filepath.Join(common, "FETCH_HEAD"), filepath.Join(common, "packed-refs")} {
+		raw, _ := os.ReadFile(f)
+		b.Write(raw)
+	}
+	return b.String()
+}
+
+func TestQuestionReportsWaitingForInput(t *testing.T) {
+	for _, a := range agents {
+		t.Run(string(a.typ), func(t *testing.T) {
+			g := NewWithT(t)
+			h := newHarness(t, options{agent: a.typ, mode: a.mode, branch: "shepherd/question", prompt: "Fix the widgets", sc: scenario{Turns: []turn{
+				{Steps: []map[string]any{{"say": "I looked at the handlers."}, {"ask": "Should deleted widgets return 404 or 410?"}}},
+			}}})
+			h.start()
+			g.Eventually(func() *runnerapi.ActivityReport { return h.env.Backend.Activity(h.session) }).WithTimeout(30 * time.Second).
+				Should(And(HaveField("State", agentsv1alpha1.ActivityWaitingForInput),
+					HaveField("Question", "Should deleted widgets return 404 or 410?")))
+			g.Expect(h.env.Backend.PullRequests(h.session)).To(BeEmpty(), "no commits, no pull request")
+			h.cancel()
+			g.Expect(h.wait().code).To(Equal(0))
+		})
+	}
+}
+
+func TestCrashReportsExitCodeAndLastLines(t *testing.T) {
+	for _, a := range agents {
+		t.Run(string(a.typ), func(t *testing.T) {
+			g := NewWithT(t)
+			h := newHarness(t, options{agent: a.typ, mode: a.mode, branch: "shepherd/crash", prompt: "Fix the widgets", sc: scenario{Turns: []turn{
+				{Steps: []map[string]any{write("partial.txt", "x"), commit("Partial work"), {"exit": 3, "stderr": "panic: boom\ngoroutine 1 [running]"}}},
+			}}})
+			h.start()
+			g.Expect(h.wait()).To(Equal(result{code: 3}))
+			act := h.env.Backend.Activity(h.session)
+			g.Expect(act.State).To(Equal(agentsv1alpha1.ActivityExited))
+			g.Expect(act.ExitCode).To(HaveValue(Equal(int32(3))))
+			g.Expect(act.Message).To(ContainSubstring("agent exited with code 3"))
+			g.Expect(act.Message).To(ContainSubstring("panic: boom"))
+			// Work committed before the crash is not lost.
+			g.Expect(h.srv.Ref(repo, "refs/heads/shepherd/crash")).NotTo(BeEmpty())
+		})
+	}
+}
+
+func TestRetriesAreBlockedActivityNotACrash(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/retry",
+		prompt: "Fix the widgets", sc: scenario{Turns: []turn{{Steps: []map[string]any{
+			{"retry": "Connection error."}, {"retry": "Connection error."}, {"say": "Back online."},
+		}, Result: "Done."}}}})
+	h.start()
+	g.Eventually(func() *runnerapi.ActivityReport { return h.env.Backend.Activity(h.session) }).WithTimeout(30 * time.Second).
+		Should(HaveField("State", agentsv1alpha1.ActivityReady))
+	g.Expect(h.env.Backend.States(h.session)).To(Equal([]agentsv1alpha1.ActivityState{
+		agentsv1alpha1.ActivityActive, agentsv1alpha1.ActivityBlocked, agentsv1alpha1.ActivityActive, agentsv1alpha1.ActivityReady}))
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+}
+
+// TestRestoreResumesTheConversation: a stopped session's new pod resumes the same conversation
+// when a message arrives, instead of starting over.
+func TestRestoreResumesTheConversation(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/restore",
+		prompt: "Fix the widgets", sc: scenario{Turns: []turn{
+			{Steps: []map[string]any{write("a.txt", "a"), commit("A")}, Result: "Did A."},
+			{Result: "Resumed fine."},
+		}}})
+	h.start()
+	g.Eventually(func() []runnerapi.PullRequestRequest { return h.env.Backend.PullRequests(h.session) }).WithTimeout(30 * time.Second).Should(HaveLen(1))
+	g.Eventually(func() *runnerapi.ActivityReport { return h.env.Backend.Activity(h.session) }).Should(HaveField("State", agentsv1alpha1.ActivityReady))
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+
+	h.start() // the restored pod
+	h.env.Backend.AddMessage(h.session, runnerapi.Message{ID: "after-restore", Text: "Carry on"})
+	g.Eventually(h.calls).WithTimeout(30 * time.Second).Should(HaveLen(2))
+	calls := h.calls()
+	g.Expect(calls[1].Resumed).To(BeTrue())
+	g.Expect(calls[1].Conversation).To(Equal(calls[0].Conversation))
+	g.Eventually(func() []string { return h.env.Backend.Acked(h.session) }).Should(Equal([]string{"after-restore"}))
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+}
+
+func TestPrepareReportsFailedSetupAndResult(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/setup", prompt: "x"})
+	cmds, err := runner.ParseSetup(`[{"name":"deps","command":["sh","-c","echo no registry >&2; exit 7"],"timeout":"30s"}]`)
+	g.Expect(err).NotTo(HaveOccurred())
+	resultFile := filepath.Join(t.TempDir(), "termination-log")
+	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{
+		Workspace: workspace.Options{Mode: agentsv1alpha1.WorkspaceWorktree, Path: h.checkout, MirrorPath: filepath.Join(filepath.Dir(filepath.Dir(h.checkout)), "mirror.git"),
+			RemoteURL: h.srv.URL(repo), Branch: "shepherd/setup", Base: "main", Setup: cmds},
+		Channel: h.channel(), Self: runnerBin, ResultFile: resultFile,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Restored).To(BeTrue())
+	g.Expect(res.Setup.State).To(Equal(agentsv1alpha1.SetupFailed))
+	raw, err := os.ReadFile(resultFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(raw)).To(ContainSubstring(`"failedCommand":"deps"`))
+	reps := h.env.Backend.Reports(h.session)
+	g.Expect(reps).NotTo(BeEmpty())
+	last := reps[len(reps)-1].Workspace
+	g.Expect(last.Setup).To(Equal(&runnerapi.SetupReport{State: agentsv1alpha1.SetupFailed, FailedCommand: "deps", Error: res.Setup.Error}))
+	g.Expect(last.Restored).To(BeTrue())
+
+	_, err = runner.ParseSetup(`{"not":"a list"}`)
+	g.Expect(err).To(HaveOccurred())
+}
+
+func TestCredentialHelperProtocol(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/cred", prompt: "x"})
+	u, _ := url.Parse(h.srv.URL(repo))
+	var out bytes.Buffer
+	err := runner.Credential(context.Background(), "get", strings.NewReader("protocol=http\nhost="+u.Host+"\npath=acme/widgets.git\n\n"), &out, h.channel())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.String()).To(HavePrefix("username=" + user + "\npassword=" + password + "\npassword_expiry_utc="))
+
+	out.Reset()
+	err = runner.Credential(context.Background(), "get", strings.NewReader("protocol=https\nhost=evil.example\n\n"), &out, h.channel())
+	g.Expect(err).To(MatchError(ContainSubstring("403")))
+	g.Expect(out.String()).To(BeEmpty())
+
+	g.Expect(runner.Credential(context.Background(), "store", strings.NewReader("protocol=https\nhost=x\nusername=u\npassword=p\n\n"), &out, h.channel())).To(Succeed())
+	g.Expect(out.String()).To(BeEmpty(), "store and erase keep nothing")
+}

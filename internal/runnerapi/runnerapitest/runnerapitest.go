@@ -1,0 +1,321 @@
+// Package runnerapitest runs the real runnerapi handler in memory for tests and the offline demo:
+// an in-memory Backend, a token reviewer that knows tokens handed out here, and an httptest
+// server, so the runner can be exercised end to end without a cluster. The envtest suite of
+// runnerapi covers the real TokenReview path.
+package runnerapitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+)
+
+// MemoryBackend is a runnerapi.Backend that keeps everything in memory, with the semantics the
+// AgentSession controller must have: reports fold into the task's resume state, messages are
+// pending until acknowledged once, the pull request is opened once and updated after.
+type MemoryBackend struct {
+	mu       sync.Mutex
+	tasks    map[types.NamespacedName]*runnerapi.Task
+	reports  map[types.NamespacedName][]runnerapi.Report
+	pending  map[types.NamespacedName][]runnerapi.Message
+	acked    map[types.NamespacedName][]string
+	prs      map[types.NamespacedName][]runnerapi.PullRequestRequest
+	credHost string
+	creds    runnerapi.Credentials
+	credAsks int
+	// OnMessage is called after AddMessage (wire it to Handler.Wake).
+	OnMessage func(types.NamespacedName)
+}
+
+// NewMemoryBackend returns an empty backend.
+func NewMemoryBackend() *MemoryBackend {
+	return &MemoryBackend{
+		tasks: map[types.NamespacedName]*runnerapi.Task{}, reports: map[types.NamespacedName][]runnerapi.Report{},
+		pending: map[types.NamespacedName][]runnerapi.Message{}, acked: map[types.NamespacedName][]string{},
+		prs: map[types.NamespacedName][]runnerapi.PullRequestRequest{},
+	}
+}
+
+// SetTask sets a session's task.
+func (b *MemoryBackend) SetTask(s types.NamespacedName, t runnerapi.Task) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tasks[s] = &t
+}
+
+// SetCredentials sets what PushCredentials hands out, for host only.
+func (b *MemoryBackend) SetCredentials(host string, c runnerapi.Credentials) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.credHost, b.creds = host, c
+}
+
+// CredentialRequests counts the credentials handed out.
+func (b *MemoryBackend) CredentialRequests() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.credAsks
+}
+
+// AddMessage queues a follow-up for the session.
+func (b *MemoryBackend) AddMessage(s types.NamespacedName, m runnerapi.Message) {
+	b.mu.Lock()
+	b.pending[s] = append(b.pending[s], m)
+	b.mu.Unlock()
+	if b.OnMessage != nil {
+		b.OnMessage(s)
+	}
+}
+
+// Reports returns the reports received for the session.
+func (b *MemoryBackend) Reports(s types.NamespacedName) []runnerapi.Report {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.reports[s])
+}
+
+// Acked returns the acknowledged message ids, in order.
+func (b *MemoryBackend) Acked(s types.NamespacedName) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.acked[s])
+}
+
+// PullRequests returns the pull request requests received, in order.
+func (b *MemoryBackend) PullRequests(s types.NamespacedName) []runnerapi.PullRequestRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.prs[s])
+}
+
+// Activity returns the latest activity reported, or nil.
+func (b *MemoryBackend) Activity(s types.NamespacedName) *runnerapi.ActivityReport {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	reps := b.reports[s]
+	for i := len(reps) - 1; i >= 0; i-- {
+		if reps[i].Activity != nil {
+			a := *reps[i].Activity
+			return &a
+		}
+	}
+	return nil
+}
+
+// States returns the sequence of distinct activity states reported.
+func (b *MemoryBackend) States(s types.NamespacedName) []agentsv1alpha1.ActivityState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []agentsv1alpha1.ActivityState
+	for _, r := range b.reports[s] {
+		if r.Activity != nil && (len(out) == 0 || out[len(out)-1] != r.Activity.State) {
+			out = append(out, r.Activity.State)
+		}
+	}
+	return out
+}
+
+// Task implements runnerapi.Backend.
+func (b *MemoryBackend) Task(_ context.Context, s runnerapi.Session) (*runnerapi.Task, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tasks[s.NamespacedName]
+	if !ok {
+		return nil, fmt.Errorf("session %s: %w", s.NamespacedName, runnerapi.ErrNotFound)
+	}
+	c := *t
+	return &c, nil
+}
+
+// Report implements runnerapi.Backend.
+func (b *MemoryBackend) Report(_ context.Context, s runnerapi.Session, r runnerapi.Report) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tasks[s.NamespacedName]
+	if !ok {
+		return fmt.Errorf("session %s: %w", s.NamespacedName, runnerapi.ErrNotFound)
+	}
+	if r.Sequence <= t.LastSequence {
+		return fmt.Errorf("sequence %d already seen: %w", r.Sequence, runnerapi.ErrConflict)
+	}
+	t.LastSequence = r.Sequence
+	if r.Agent != nil && r.Agent.SessionID != "" {
+		t.AgentSessionID = r.Agent.SessionID
+	}
+	if r.Activity != nil {
+		t.LastActivity = r.Activity.State
+	}
+	if r.Usage != nil {
+		t.Usage = *r.Usage
+	}
+	b.reports[s.NamespacedName] = append(b.reports[s.NamespacedName], r)
+	return nil
+}
+
+// Pending implements runnerapi.Backend.
+func (b *MemoryBackend) Pending(_ context.Context, s runnerapi.Session) ([]runnerapi.Message, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.pending[s.NamespacedName]), nil
+}
+
+// Ack implements runnerapi.Backend.
+func (b *MemoryBackend) Ack(_ context.Context, s runnerapi.Session, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if slices.Contains(b.acked[s.NamespacedName], id) {
+		return fmt.Errorf("message %q already acknowledged: %w", id, runnerapi.ErrConflict)
+	}
+	msgs := b.pending[s.NamespacedName]
+	i := slices.IndexFunc(msgs, func(m runnerapi.Message) bool { return m.ID == id })
+	if i < 0 {
+		return fmt.Errorf("message %q: %w", id, runnerapi.ErrNotFound)
+	}
+	b.pending[s.NamespacedName] = slices.Delete(msgs, i, i+1)
+	b.acked[s.NamespacedName] = append(b.acked[s.NamespacedName], id)
+	return nil
+}
+
+// OpenPullRequest implements runnerapi.Backend.
+func (b *MemoryBackend) OpenPullRequest(_ context.Context, s runnerapi.Session, req runnerapi.PullRequestRequest) (*runnerapi.PullRequestResult, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tasks[s.NamespacedName]
+	if !ok {
+		return nil, fmt.Errorf("session %s: %w", s.NamespacedName, runnerapi.ErrNotFound)
+	}
+	if req.Branch != t.Branch {
+		return nil, fmt.Errorf("branch %q is not the session's branch: %w", req.Branch, runnerapi.ErrForbidden)
+	}
+	b.prs[s.NamespacedName] = append(b.prs[s.NamespacedName], req)
+	created := t.PullRequest == nil
+	if created {
+		t.PullRequest = &runnerapi.PullRequestResult{Number: 1, URL: "https://forge.example/acme/widgets/pull/1"}
+	}
+	res := *t.PullRequest
+	res.Created = created
+	return &res, nil
+}
+
+// PushCredentials implements runnerapi.Backend.
+func (b *MemoryBackend) PushCredentials(_ context.Context, _ runnerapi.Session, req runnerapi.CredentialRequest) (*runnerapi.Credentials, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.credHost == "" || req.Host != b.credHost {
+		return nil, fmt.Errorf("no credentials for host %q: %w", req.Host, runnerapi.ErrForbidden)
+	}
+	b.credAsks++
+	c := b.creds
+	return &c, nil
+}
+
+// StaticReviewer accepts the tokens it handed out, as the API server would for pod-bound tokens.
+type StaticReviewer struct {
+	mu     sync.Mutex
+	tokens map[string]authnv1.UserInfo
+}
+
+// Review implements runnerapi.TokenReviewer.
+func (r *StaticReviewer) Review(_ context.Context, token string, audiences []string) (*authnv1.TokenReviewStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.tokens[token]
+	if !ok {
+		return &authnv1.TokenReviewStatus{Error: "invalid bearer token"}, nil
+	}
+	return &authnv1.TokenReviewStatus{Authenticated: true, User: u, Audiences: audiences}, nil
+}
+
+// Issue returns a new token bound to pod.
+func (r *StaticReviewer) Issue(pod *corev1.Pod) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.tokens == nil {
+		r.tokens = map[string]authnv1.UserInfo{}
+	}
+	token := fmt.Sprintf("test-token-%s-%d", pod.Name, len(r.tokens))
+	r.tokens[token] = authnv1.UserInfo{
+		Username: "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName,
+		Extra: map[string]authnv1.ExtraValue{
+			runnerapi.ExtraPodName: {pod.Name}, runnerapi.ExtraPodUID: {string(pod.UID)},
+		},
+	}
+	return token
+}
+
+// Env is a running test manager endpoint for one session.
+type Env struct {
+	Server    *httptest.Server
+	Handler   *runnerapi.Handler
+	Backend   *MemoryBackend
+	Reviewer  *StaticReviewer
+	Session   types.NamespacedName
+	Pod       *corev1.Pod
+	TokenFile string
+}
+
+// URL of the endpoint.
+func (e *Env) URL() string { return e.Server.URL }
+
+// Close stops the server.
+func (e *Env) Close() { e.Server.Close() }
+
+// Start serves the real handler for session (namespace/name) with an agent pod, and writes a
+// token for that pod into dir/token.
+func Start(session types.NamespacedName, dir string) (*Env, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: session.Namespace, Name: session.Name + "-agent", UID: types.UID("uid-" + session.Name),
+			Labels: map[string]string{agentsv1alpha1.LabelSession: session.Name, agentsv1alpha1.LabelProject: "widgets",
+				agentsv1alpha1.LabelComponent: "agent"}},
+		Spec: corev1.PodSpec{ServiceAccountName: "shepherd-agent"},
+	}
+	backend := NewMemoryBackend()
+	reviewer := &StaticReviewer{}
+	h, err := runnerapi.NewHandler(runnerapi.HandlerOptions{
+		Backend: backend, Reviewer: reviewer, Pods: PodReader{Pod: pod},
+	})
+	if err != nil {
+		return nil, err
+	}
+	backend.OnMessage = h.Wake
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(reviewer.Issue(pod)), 0o600); err != nil {
+		return nil, fmt.Errorf("write token: %w", err)
+	}
+	return &Env{Server: httptest.NewServer(h), Handler: h, Backend: backend, Reviewer: reviewer, Session: session, Pod: pod, TokenFile: tokenFile}, nil
+}
+
+// PodReader serves one pod to the handler, which only ever Gets the caller's pod. The channel's
+// behaviour against a real API server is tested in the runnerapi envtest suite; this is for the
+// runner's own tests and the offline demo, which have no API server.
+type PodReader struct{ Pod *corev1.Pod }
+
+// Get returns the pod when key names it.
+func (r PodReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || key.Namespace != r.Pod.Namespace || key.Name != r.Pod.Name {
+		return apierrors.NewNotFound(corev1.Resource("pods"), key.Name)
+	}
+	r.Pod.DeepCopyInto(pod)
+	return nil
+}
+
+// List is not used by the handler.
+func (r PodReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("PodReader serves Get only")
+}

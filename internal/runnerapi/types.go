@@ -1,0 +1,215 @@
+// Package runnerapi is the channel between the runner (in the agent pod) and the manager: JSON
+// over HTTP. The runner proves who it is with a projected service account token bound to its pod
+// and to the Audience; the manager's Handler checks it with the TokenReview API, reads the pod
+// named in the token, and maps it to its AgentSession by label. A runner can read and report
+// only for its own session. The Handler delegates what each call means to a Backend, which the
+// AgentSession controller implements.
+//
+// Endpoints (all JSON, all under the token's authority):
+//
+//	GET  /runner/v1/task                  the task: prompt, agent settings, branch, resume state
+//	POST /runner/v1/reports               a state change (monotonic sequence per pod; replay → 409)
+//	GET  /runner/v1/messages?wait=30s     pending follow-up messages (long poll)
+//	POST /runner/v1/messages/{id}/ack     the message was delivered to the agent
+//	POST /runner/v1/pullrequest           open or update the session's pull request
+//	POST /runner/v1/credentials           a short-lived, repository-scoped git credential
+package runnerapi
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// Audience is the audience of the runner's projected service account token. Tokens for any
+// other audience (the API server's own, say) are refused, so a token stolen from the channel is
+// useless against the API server and the reverse.
+const Audience = "shepherd-runner"
+
+// Paths of the endpoints.
+const (
+	PathTask        = "/runner/v1/task"
+	PathReports     = "/runner/v1/reports"
+	PathMessages    = "/runner/v1/messages"
+	PathPullRequest = "/runner/v1/pullrequest"
+	PathCredentials = "/runner/v1/credentials"
+)
+
+// AckPath is the endpoint that acknowledges message id.
+func AckPath(id string) string { return PathMessages + "/" + id + "/ack" }
+
+// Session identifies the caller: the AgentSession its pod belongs to, and the pod.
+type Session struct {
+	types.NamespacedName
+	PodName  string    `json:"podName"`
+	PodUID   types.UID `json:"podUID"`
+	Worktree string    `json:"worktree,omitempty"`
+	Project  string    `json:"project,omitempty"`
+}
+
+// Task is everything the runner needs to start or resume the agent.
+type Task struct {
+	// Agent settings in effect (the Project's defaults with the session's overrides applied).
+	Agent AgentConfig `json:"agent"`
+	// Prompt is the task in words (for an issue: the tracker's prompt).
+	Prompt string `json:"prompt"`
+	// Title of the pull request.
+	Title string `json:"title,omitempty"`
+	// Issue the task comes from, when it does.
+	Issue *Issue `json:"issue,omitempty"`
+	// Repository URL (no credentials).
+	Repository string `json:"repository,omitempty"`
+	// Branch the agent works on; BaseBranch the pull request targets.
+	Branch     string `json:"branch"`
+	BaseBranch string `json:"baseBranch"`
+	// AgentSessionID is the agent's conversation id from an earlier pod, to resume it.
+	AgentSessionID string `json:"agentSessionID,omitempty"`
+	// LastActivity is the last activity state reported, so a restored runner knows whether a
+	// turn was cut short.
+	LastActivity agentsv1alpha1.ActivityState `json:"lastActivity,omitempty"`
+	// Usage so far; the runner reports totals that continue from it.
+	Usage Usage `json:"usage,omitempty"`
+	// PullRequest already open for the session, if any.
+	PullRequest *PullRequestResult `json:"pullRequest,omitempty"`
+	// LastSequence is the highest report sequence accepted from this pod; the next report must
+	// be greater.
+	LastSequence uint64 `json:"lastSequence"`
+}
+
+// AgentConfig is the agent part of a Task.
+type AgentConfig struct {
+	Type              agentsv1alpha1.AgentType      `json:"type"`
+	Model             string                        `json:"model,omitempty"`
+	PermissionMode    agentsv1alpha1.PermissionMode `json:"permissionMode,omitempty"`
+	ExtraArgs         []string                      `json:"extraArgs,omitempty"`
+	ExtraInstructions string                        `json:"extraInstructions,omitempty"`
+}
+
+// Issue is the tracker issue a task comes from.
+type Issue struct {
+	ID    string `json:"id"`
+	URL   string `json:"url,omitempty"`
+	Title string `json:"title,omitempty"`
+}
+
+// Report is a change the runner observed. Fields left nil did not change.
+type Report struct {
+	// Sequence increases with every report of a pod; a report at or below the last accepted one
+	// is refused with 409 and changes nothing.
+	Sequence uint64    `json:"sequence"`
+	Time     time.Time `json:"time"`
+	// Activity of the agent.
+	Activity *ActivityReport `json:"activity,omitempty"`
+	// Agent is the conversation id and model the agent reported.
+	Agent *AgentReport `json:"agent,omitempty"`
+	// Summary is the agent's latest turn result.
+	Summary string `json:"summary,omitempty"`
+	// Usage totals (cost and tokens) of the session so far.
+	Usage *Usage `json:"usage,omitempty"`
+	// Workspace facts after prepare or a turn.
+	Workspace *WorkspaceReport `json:"workspace,omitempty"`
+	// Push reports a pushed branch head.
+	Push *PushReport `json:"push,omitempty"`
+}
+
+// ActivityReport mirrors api ActivityStatus.
+type ActivityReport struct {
+	State            agentsv1alpha1.ActivityState `json:"state"`
+	LastActivityTime time.Time                    `json:"lastActivityTime"`
+	Question         string                       `json:"question,omitempty"`
+	ExitCode         *int32                       `json:"exitCode,omitempty"`
+	// Message is the last error, or the last lines of output on exit.
+	Message string `json:"message,omitempty"`
+}
+
+// AgentReport is the agent's own conversation id and model.
+type AgentReport struct {
+	SessionID string `json:"sessionID,omitempty"`
+	Model     string `json:"model,omitempty"`
+}
+
+// Usage mirrors api UsageStatus.
+type Usage struct {
+	CostUSD         string `json:"costUSD,omitempty"`
+	InputTokens     int64  `json:"inputTokens,omitempty"`
+	OutputTokens    int64  `json:"outputTokens,omitempty"`
+	CacheReadTokens int64  `json:"cacheReadTokens,omitempty"`
+	Turns           int32  `json:"turns,omitempty"`
+}
+
+// WorkspaceReport mirrors the facts of api WorktreeStatus.
+type WorkspaceReport struct {
+	Path            string       `json:"path,omitempty"`
+	Branch          string       `json:"branch,omitempty"`
+	Head            string       `json:"head,omitempty"`
+	Dirty           bool         `json:"dirty"`
+	UnpushedCommits int32        `json:"unpushedCommits"`
+	Restored        bool         `json:"restored,omitempty"`
+	Setup           *SetupReport `json:"setup,omitempty"`
+}
+
+// SetupReport mirrors api SetupStatus.
+type SetupReport struct {
+	State         agentsv1alpha1.SetupState `json:"state"`
+	FailedCommand string                    `json:"failedCommand,omitempty"`
+	Error         string                    `json:"error,omitempty"`
+}
+
+// PushReport says the runner pushed Head to Branch.
+type PushReport struct {
+	Branch string `json:"branch"`
+	Head   string `json:"head"`
+}
+
+// Message is a follow-up for the agent.
+type Message struct {
+	ID     string                       `json:"id"`
+	Text   string                       `json:"text"`
+	Source agentsv1alpha1.MessageSource `json:"source,omitempty"`
+}
+
+// MessageList is the answer of the messages endpoint, oldest first.
+type MessageList struct {
+	Messages []Message `json:"messages"`
+}
+
+// PullRequestRequest asks the manager to open the session's pull request, or update its title
+// and body when it is open.
+type PullRequestRequest struct {
+	Branch string `json:"branch"`
+	Base   string `json:"base"`
+	Head   string `json:"head"`
+	Title  string `json:"title"`
+	Body   string `json:"body"`
+}
+
+// PullRequestResult is the session's pull request.
+type PullRequestResult struct {
+	Number  int64  `json:"number"`
+	URL     string `json:"url,omitempty"`
+	Created bool   `json:"created,omitempty"`
+}
+
+// CredentialRequest names what git wants to authenticate to (from the credential helper
+// protocol).
+type CredentialRequest struct {
+	Protocol string `json:"protocol"`
+	Host     string `json:"host"`
+	Path     string `json:"path,omitempty"`
+}
+
+// Credentials are a short-lived, repository-scoped git credential.
+type Credentials struct {
+	Username  string    `json:"username"`
+	Password  string    `json:"password"`
+	ExpiresAt time.Time `json:"expiresAt,omitempty"`
+}
+
+// ErrorBody is the JSON body of every 4xx and 5xx answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+	// LastSequence accompanies 409 on reports: the highest sequence accepted from this pod.
+	LastSequence uint64 `json:"lastSequence,omitempty"`
+}

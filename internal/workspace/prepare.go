@@ -1,0 +1,438 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/gitref"
+)
+
+// Options say what checkout to make.
+type Options struct {
+	// Mode is Worktree or Clone.
+	Mode agentsv1alpha1.WorkspaceMode
+	// Path of the checkout. In worktree mode it lives on the mirror's volume; in clone mode on the
+	// Worktree's own volume, in a subdirectory of the mount (a volume's root may hold lost+found).
+	Path string
+	// MirrorPath is the Project's bare mirror. Required in worktree mode (created when missing);
+	// optional in clone mode, where it is only borrowed from (--reference-if-able) and never
+	// written, so it may be mounted read-only.
+	MirrorPath string
+	// RemoteURL git fetches from and pushes to. It must not embed credentials.
+	RemoteURL string
+	// Branch the checkout works on, and Base it starts from when it is created.
+	Branch string
+	Base   string
+	// Adopt takes over a branch that already exists on the remote.
+	Adopt bool
+	// Setup commands run in the checkout after it is made.
+	Setup []agentsv1alpha1.SetupCommand
+	// SetupOutput receives the setup commands' output as it is printed; nil discards it.
+	SetupOutput io.Writer
+}
+
+// Result is what Prepare did and found.
+type Result struct {
+	Path   string `json:"path"`
+	Branch string `json:"branch"`
+	// Restored is true when an existing checkout was found and fetched instead of made.
+	Restored bool `json:"restored"`
+	// BranchAction says how the branch came to be checked out: created, adopted, existing.
+	BranchAction string      `json:"branchAction"`
+	Setup        SetupResult `json:"setup"`
+	Facts        Facts       `json:"facts"`
+}
+
+// Branch actions.
+const (
+	BranchCreated  = "created"
+	BranchAdopted  = "adopted"
+	BranchExisting = "existing"
+)
+
+// ErrBranchExists: the branch exists on the remote and Adopt is false.
+var ErrBranchExists = errors.New("branch already exists on the remote")
+
+// Validate checks the options before anything touches the disk.
+func (o *Options) Validate() error {
+	switch o.Mode {
+	case agentsv1alpha1.WorkspaceWorktree:
+		if o.MirrorPath == "" {
+			return fmt.Errorf("worktree mode needs the mirror path")
+		}
+	case agentsv1alpha1.WorkspaceClone:
+	default:
+		return fmt.Errorf("unknown workspace mode %q (want Worktree or Clone)", o.Mode)
+	}
+	if o.Path == "" || !filepath.IsAbs(o.Path) {
+		return fmt.Errorf("checkout path must be absolute, got %q", o.Path)
+	}
+	if o.MirrorPath != "" && !filepath.IsAbs(o.MirrorPath) {
+		return fmt.Errorf("mirror path must be absolute (worktrees link to it by absolute path), got %q", o.MirrorPath)
+	}
+	if err := gitref.ValidateBranch(o.Branch); err != nil {
+		return fmt.Errorf("branch %q: %w", o.Branch, err)
+	}
+	if o.Base == "" {
+		return fmt.Errorf("base ref is required")
+	}
+	if err := gitref.ValidateBranch(o.Base); err != nil {
+		return fmt.Errorf("base %q: %w", o.Base, err)
+	}
+	return ValidateRemoteURL(o.RemoteURL)
+}
+
+// ValidateRemoteURL refuses a URL that carries credentials: they would be written to
+// .git/config and shown in logs.
+func ValidateRemoteURL(raw string) error {
+	if raw == "" {
+		return fmt.Errorf("remote URL is required")
+	}
+	if strings.HasPrefix(raw, "-") {
+		return fmt.Errorf("remote URL must not start with '-'")
+	}
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.User != nil {
+		if _, hasPassword := u.User.Password(); hasPassword || u.Scheme == "http" || u.Scheme == "https" {
+			return fmt.Errorf("remote URL must not embed credentials; the runner gets them from the manager")
+		}
+	}
+	return nil
+}
+
+// Prepare makes the checkout, or finds it and fetches (a restore), puts it on the branch, and
+// runs the setup commands. It is idempotent: running it again on a ready checkout fetches and
+// reports the facts. A failed setup command is reported in Result.Setup, not as an error: the
+// checkout stays usable.
+func Prepare(ctx context.Context, g *Git, o Options) (*Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	worktree := o.Mode == agentsv1alpha1.WorkspaceWorktree
+	if err := g.CheckVersion(ctx, worktree); err != nil {
+		return nil, err
+	}
+	res := &Result{Path: o.Path, Branch: o.Branch}
+	state, err := inspect(ctx, g, o.Path)
+	if err != nil {
+		return nil, err
+	}
+	if worktree {
+		err = prepareWorktree(ctx, g, o, state, res)
+	} else {
+		err = prepareClone(ctx, g, o, state, res)
+	}
+	if err != nil {
+		return nil, err
+	}
+	gitDir, err := g.Run(ctx, o.Path, "rev-parse", "--absolute-git-dir")
+	if err != nil {
+		return nil, err
+	}
+	res.Setup, err = RunSetup(ctx, o.Path, StateDir(gitDir), o.Setup, o.SetupOutput)
+	if err != nil {
+		return nil, err
+	}
+	res.Facts, err = ReadFacts(ctx, g, o.Path)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// StateDir is where Shepherd keeps per-checkout state (setup results, agent chat history): inside
+// the checkout's own git directory, so it persists with the checkout and never dirties it.
+func StateDir(gitDir string) string { return filepath.Join(gitDir, "shepherd") }
+
+type pathState int
+
+const (
+	pathMissing pathState = iota
+	pathEmpty
+	pathCheckout
+	pathBroken
+)
+
+// inspect says what is at path: nothing, an empty directory, a usable checkout, or a directory
+// that looks like a checkout git cannot open.
+func inspect(ctx context.Context, g *Git, path string) (pathState, error) {
+	entries, err := os.ReadDir(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return pathMissing, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read checkout dir: %w", err)
+	}
+	if len(entries) == 0 {
+		return pathEmpty, nil
+	}
+	if _, err := os.Lstat(filepath.Join(path, ".git")); err != nil {
+		return 0, fmt.Errorf("%s is not empty and is not a git checkout; refusing to touch it", path)
+	}
+	top, err := g.Run(ctx, path, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return pathBroken, nil
+	}
+	if filepath.Clean(top) != filepath.Clean(path) {
+		return 0, fmt.Errorf("%s is inside another checkout (%s), not a checkout itself", path, top)
+	}
+	return pathCheckout, nil
+}
+
+func prepareWorktree(ctx context.Context, g *Git, o Options, state pathState, res *Result) error {
+	lock, err := AcquireLock(ctx, o.MirrorPath+".lock")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lock.Release() }()
+	if err := ensureMirror(ctx, g, o.MirrorPath, o.RemoteURL); err != nil {
+		return err
+	}
+	if state == pathBroken {
+		// The checkout's .git file points at an admin dir git cannot use (the volume was mounted
+		// elsewhere, or the admin entry was pruned): repair relinks both ways when it can.
+		if _, err := g.Run(ctx, o.MirrorPath, "worktree", "repair", o.Path); err != nil {
+			return fmt.Errorf("checkout %s is broken and could not be repaired: %w", o.Path, err)
+		}
+		if state, err = inspect(ctx, g, o.Path); err != nil {
+			return err
+		}
+		if state != pathCheckout {
+			return fmt.Errorf("checkout %s is still broken after `git worktree repair`", o.Path)
+		}
+	}
+	if state == pathCheckout {
+		res.Restored = true
+		common, err := g.Run(ctx, o.Path, "rev-parse", "--path-format=absolute", "--git-common-dir")
+		if err != nil {
+			return err
+		}
+		if filepath.Clean(common) != filepath.Clean(o.MirrorPath) {
+			return fmt.Errorf("checkout %s belongs to repository %s, not to the mirror %s", o.Path, common, o.MirrorPath)
+		}
+		res.BranchAction, err = switchBranch(ctx, g, o, o.Path)
+		return err
+	}
+	// Entries whose directories vanished would make git refuse to check their branch out again.
+	if _, err := g.Run(ctx, o.MirrorPath, "worktree", "prune"); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(o.Path), 0o755); err != nil {
+		return fmt.Errorf("create worktrees dir: %w", err)
+	}
+	action, start, err := branchPlan(ctx, g, o.MirrorPath, o, true)
+	if err != nil {
+		return err
+	}
+	var args []string
+	switch action {
+	case BranchExisting:
+		// By name, so the worktree is on the branch rather than detached at its commit.
+		args = []string{"worktree", "add", o.Path, o.Branch}
+	case BranchAdopted:
+		args = []string{"worktree", "add", "--track", "-b", o.Branch, o.Path, start}
+	default:
+		args = []string{"worktree", "add", "--no-track", "-b", o.Branch, o.Path, start}
+	}
+	if _, err := g.Run(ctx, o.MirrorPath, args...); err != nil {
+		return err
+	}
+	res.BranchAction = action
+	return nil
+}
+
+func prepareClone(ctx context.Context, g *Git, o Options, state pathState, res *Result) error {
+	switch state {
+	case pathBroken:
+		return fmt.Errorf("checkout %s is broken: git cannot open it", o.Path)
+	case pathCheckout:
+		res.Restored = true
+		if _, err := g.Run(ctx, o.Path, "fetch", "--prune", "--tags", "origin"); err != nil {
+			return err
+		}
+		var err error
+		res.BranchAction, err = switchBranch(ctx, g, o, o.Path)
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(o.Path), 0o755); err != nil {
+		return fmt.Errorf("create checkout parent dir: %w", err)
+	}
+	args := []string{"clone", "--no-checkout", "--origin", "origin"}
+	if o.MirrorPath != "" {
+		// Borrow objects from the mirror when it is mounted; the mirror never prunes objects
+		// (gc.pruneExpire=never), so what the clone borrows stays there.
+		args = append(args, "--reference-if-able", o.MirrorPath)
+	}
+	args = append(args, "--", o.RemoteURL, o.Path)
+	if _, err := g.Run(ctx, "", args...); err != nil {
+		return err
+	}
+	// The clone made a local default branch itself; that one is not "ours".
+	action, start, err := branchPlan(ctx, g, o.Path, o, false)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case BranchAdopted:
+		_, err = g.Run(ctx, o.Path, "checkout", "-q", "--track", "-B", o.Branch, start)
+	default:
+		_, err = g.Run(ctx, o.Path, "checkout", "-q", "--no-track", "-B", o.Branch, start)
+	}
+	if err != nil {
+		return err
+	}
+	res.BranchAction = action
+	return nil
+}
+
+// branchPlan decides how the branch is checked out in repo (the mirror or a fresh clone): an
+// existing local branch is ours from an earlier checkout; a branch only on the remote needs
+// Adopt; otherwise the branch is created from the base.
+func branchPlan(ctx context.Context, g *Git, repo string, o Options, trustLocal bool) (action, start string, err error) {
+	local := trustLocal && g.refExists(ctx, repo, "refs/heads/"+o.Branch)
+	remote := g.refExists(ctx, repo, "refs/remotes/origin/"+o.Branch)
+	switch {
+	case local:
+		return BranchExisting, "refs/heads/" + o.Branch, nil
+	case remote && !o.Adopt:
+		return "", "", fmt.Errorf("%w: %q; set adopt to take it over", ErrBranchExists, o.Branch)
+	case remote:
+		return BranchAdopted, "origin/" + o.Branch, nil
+	}
+	base, err := resolveBase(ctx, g, repo, o.Base)
+	if err != nil {
+		return "", "", err
+	}
+	return BranchCreated, base, nil
+}
+
+// resolveBase finds the base as a remote branch, a tag or a commit, fetching a commit the
+// repository lacks.
+func resolveBase(ctx context.Context, g *Git, repo, base string) (string, error) {
+	for _, ref := range []string{"refs/remotes/origin/" + base, "refs/tags/" + base} {
+		if g.refExists(ctx, repo, ref) {
+			return ref, nil
+		}
+	}
+	if isHex(base) && len(base) >= 7 {
+		if !g.refExists(ctx, repo, base) {
+			_, _ = g.Run(ctx, repo, "fetch", "origin", base)
+		}
+		if full, err := g.Run(ctx, repo, "rev-parse", "--verify", "--quiet", base+"^{commit}"); err == nil {
+			return full, nil
+		}
+	}
+	return "", fmt.Errorf("base %q is neither a branch nor a tag on the remote, nor a known commit", base)
+}
+
+func isHex(s string) bool {
+	for _, r := range s {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// switchBranch puts an existing checkout on o.Branch without touching uncommitted work: it is
+// already there (the usual restore), or the branch is checked out when the tree is clean.
+func switchBranch(ctx context.Context, g *Git, o Options, path string) (string, error) {
+	current, _ := g.Run(ctx, path, "symbolic-ref", "--quiet", "--short", "HEAD")
+	if current == o.Branch {
+		return BranchExisting, nil
+	}
+	facts, err := ReadFacts(ctx, g, path)
+	if err != nil {
+		return "", err
+	}
+	if facts.Dirty {
+		return "", fmt.Errorf("checkout %s is on %q with uncommitted changes; refusing to switch it to %q", path, current, o.Branch)
+	}
+	action, start, err := branchPlan(ctx, g, path, o, true)
+	if err != nil {
+		return "", err
+	}
+	switch action {
+	case BranchExisting:
+		_, err = g.Run(ctx, path, "checkout", "-q", o.Branch)
+	case BranchAdopted:
+		_, err = g.Run(ctx, path, "checkout", "-q", "--track", "-b", o.Branch, start)
+	default:
+		_, err = g.Run(ctx, path, "checkout", "-q", "--no-track", "-b", o.Branch, start)
+	}
+	return action, err
+}
+
+// ensureMirror creates the bare mirror when missing and fetches it. The caller holds its lock.
+// Layout: a bare repository whose origin fetches branches into refs/remotes/origin/*, so the
+// local branches (refs/heads/*) belong to the worktrees and a fetch never moves or prunes them.
+func ensureMirror(ctx context.Context, g *Git, mirror, remote string) error {
+	if _, err := os.Stat(filepath.Join(mirror, "HEAD")); errors.Is(err, os.ErrNotExist) {
+		if _, err := g.Run(ctx, "", "init", "--quiet", "--bare", mirror); err != nil {
+			return err
+		}
+		for _, kv := range [][2]string{
+			{"remote.origin.url", remote},
+			{"remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"},
+			// Clones borrow objects from the mirror (--reference); never prune what they borrow.
+			{"gc.pruneExpire", "never"},
+		} {
+			if _, err := g.Run(ctx, mirror, "config", kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+	} else if err != nil {
+		return fmt.Errorf("stat mirror: %w", err)
+	} else if cur, _ := g.Run(ctx, mirror, "config", "--get", "remote.origin.url"); cur != remote {
+		if _, err := g.Run(ctx, mirror, "config", "remote.origin.url", remote); err != nil {
+			return err
+		}
+	}
+	_, err := g.Run(ctx, mirror, "fetch", "--prune", "--tags", "origin")
+	return err
+}
+
+// UpdateMirror creates or fetches the mirror under its lock (what a mirror refresh job runs).
+func UpdateMirror(ctx context.Context, g *Git, mirror, remote string) error {
+	if err := ValidateRemoteURL(remote); err != nil {
+		return err
+	}
+	lock, err := AcquireLock(ctx, mirror+".lock")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lock.Release() }()
+	return ensureMirror(ctx, g, mirror, remote)
+}
+
+// Remove deletes a checkout and keeps its branch: a worktree is removed through the mirror (so
+// its admin entry goes too), a clone's directory is deleted.
+func Remove(ctx context.Context, g *Git, mode agentsv1alpha1.WorkspaceMode, path, mirror string) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if mode == agentsv1alpha1.WorkspaceWorktree {
+		lock, err := AcquireLock(ctx, mirror+".lock")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = lock.Release() }()
+		if _, err := g.Run(ctx, mirror, "worktree", "remove", "--force", path); err == nil {
+			return nil
+		}
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return fmt.Errorf("remove checkout: %w", err)
+	}
+	if mode == agentsv1alpha1.WorkspaceWorktree {
+		_, err := g.Run(ctx, mirror, "worktree", "prune")
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,8 @@
+package workspace
+
+import (
+	"os"
+	"syscall"
+)
+
+func statIno(st os.FileInfo) uint64 { return st.Sys().(*syscall.Stat_t).Ino }
