@@ -627,10 +627,10 @@ type ProjectStatus struct {
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// DefaultBranchHead is the commit the default branch pointed at when last checked.
+	// DefaultBranch is the repository's default branch as the forge reports it.
 	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	DefaultBranchHead string `json:"defaultBranchHead,omitempty"`
+	// +kubebuilder:validation:MaxLength=255
+	DefaultBranch string `json:"defaultBranch,omitempty"`
 
 	// Mirror is the state of the repository mirror used by worktree mode.
 	// +optional
@@ -658,13 +658,11 @@ type MirrorStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ClaimName string `json:"claimName,omitempty"`
-	// Head is the default branch commit in the mirror.
+	// Path of the bare mirror inside the volume, as mounted in agent pods. Each session fetches
+	// it (under a lock) before adding its worktree, so it is as fresh as the newest session.
 	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	Head string `json:"head,omitempty"`
-	// LastFetchTime is when the mirror last fetched successfully.
-	// +optional
-	LastFetchTime *metav1.Time `json:"lastFetchTime,omitempty"`
+	// +kubebuilder:validation:MaxLength=1024
+	Path string `json:"path,omitempty"`
 }
 
 // SessionCounts counts sessions by state.

@@ -1,0 +1,39 @@
+# Local cluster, images without Docker and the e2e suite (docs/local-cluster.md).
+# Included by the Makefile (`-include hack/*.mk`). Needs root on Debian 12; no Docker engine.
+
+# The cluster tool (hack/localcluster). `go run` caches the built program.
+LOCALCLUSTER ?= go run ./hack/localcluster
+# Fake KWOK nodes next to the real node (scale work): make cluster-up KWOK_NODES=100
+KWOK_NODES ?= 0
+E2E_TIMEOUT ?= 40m
+E2E_FLAGS ?=
+
+##@ Local cluster
+
+.PHONY: install-deps
+install-deps: ## Install the Debian packages the local cluster needs (only the missing ones).
+	hack/install-deps.sh
+
+.PHONY: cluster-up
+cluster-up: install-deps ## Bring up the local cluster (KWOK_NODES=N adds fake nodes); kept when already up.
+	$(LOCALCLUSTER) up --kwok-nodes=$(KWOK_NODES)
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster: no process, mount or pod left; logs kept.
+	$(LOCALCLUSTER) down
+
+.PHONY: cluster-status
+cluster-status: ## Show each component of the local cluster and the node.
+	$(LOCALCLUSTER) status
+
+.PHONY: images-local
+images-local: install-deps ## Build the manager, runner and test-agent images without Docker; load them when the cluster runs.
+	$(LOCALCLUSTER) images --load-if-running
+
+.PHONY: run-local
+run-local: install-deps manifests ## Cluster up, images loaded, CRDs and the manager deployed, samples applied.
+	LOCALCLUSTER="$(LOCALCLUSTER)" KWOK_NODES=$(KWOK_NODES) hack/run-local.sh
+
+.PHONY: test-e2e
+test-e2e: install-deps manifests ## Run the e2e suite on the local cluster (brings it up; tears it down at the end).
+	go test ./test/e2e -count=1 -timeout $(E2E_TIMEOUT) -v $(E2E_FLAGS) -args -ginkgo.v

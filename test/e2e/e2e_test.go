@@ -1,0 +1,332 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/test/gitserver"
+)
+
+const (
+	managerNamespace  = "shepherd-system"
+	managerDeployment = "shepherd-manager"
+	metricsService    = "shepherd-manager-metrics"
+	leaderElectionID  = "shepherd-manager.agents.shepherd.dev"
+	runnerImage       = "shepherd-runner:latest"
+)
+
+var _ = Describe("Shepherd on the local cluster", Ordered, func() {
+	var (
+		c   *cluster
+		ctx context.Context
+	)
+
+	BeforeAll(func() {
+		ctx = context.Background()
+		c = buildTool()
+		c.start()
+	})
+
+	// The cluster never outlives the suite: when a spec fails before the teardown spec, this
+	// stops it (a no-op when it is already down). The logs stay in the run directory.
+	AfterAll(func() {
+		if c == nil {
+			return
+		}
+		_, err := c.localcluster(5*time.Minute, "down")
+		Expect(err).NotTo(HaveOccurred())
+	})
+
+	It("installs the CRDs from config/default", func() {
+		_, err := c.kubectl("apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repoRoot(), "config", "default"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, gr := range crdNames {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			Eventually(func(g Gomega) {
+				g.Expect(c.client.Get(ctx, client.ObjectKey{Name: gr.String()}, crd)).To(Succeed())
+				g.Expect(crd.Status.Conditions).To(ContainElement(And(
+					HaveField("Type", apiextensionsv1.Established),
+					HaveField("Status", apiextensionsv1.ConditionTrue))), "CRD %s is Established", gr)
+			}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		}
+
+		By("accepting the samples through the API")
+		_, err = c.kubectl("apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repoRoot(), "config", "samples"))
+		Expect(err).NotTo(HaveOccurred())
+		var projects agentsv1alpha1.ProjectList
+		Expect(c.client.List(ctx, &projects, client.InNamespace("default"))).To(Succeed())
+		Expect(projects.Items).NotTo(BeEmpty())
+	})
+
+	It("runs the manager from the locally built image, Ready", func() {
+		want := imageID(filepath.Join(repoRoot(), "bin", "images", "shepherd-manager_latest.tar"), "shepherd-manager:latest")
+
+		// A reused cluster may run a pod of an earlier build under the same tag: restart the
+		// Deployment so its pod runs the image just loaded.
+		dep := &appsv1.Deployment{}
+		Expect(c.client.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: managerDeployment}, dep)).To(Succeed())
+		patch := client.MergeFrom(dep.DeepCopy())
+		if dep.Spec.Template.Annotations == nil {
+			dep.Spec.Template.Annotations = map[string]string{}
+		}
+		dep.Spec.Template.Annotations["e2e.shepherd.dev/image"] = strings.TrimPrefix(want, "sha256:")[:16]
+		Expect(c.client.Patch(ctx, dep, patch)).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			g.Expect(c.client.Get(ctx, client.ObjectKeyFromObject(dep), dep)).To(Succeed())
+			g.Expect(dep.Status.ObservedGeneration).To(Equal(dep.Generation))
+			g.Expect(dep.Status.UpdatedReplicas).To(Equal(int32(1)))
+			g.Expect(dep.Status.ReadyReplicas).To(Equal(int32(1)))
+			g.Expect(dep.Status.Replicas).To(Equal(int32(1)), "the old pod is gone")
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+
+		pod := managerPod(ctx, c)
+		Expect(pod.Status.ContainerStatuses).To(HaveLen(1))
+		st := pod.Status.ContainerStatuses[0]
+		Expect(st.Ready).To(BeTrue())
+		Expect(st.ImageID).To(Equal(want), "the pod runs the image built from this tree")
+		Expect(st.RestartCount).To(BeZero())
+		Expect(pod.Spec.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
+	})
+
+	It("serves the manager's metrics through its Service", func() {
+		svc := &corev1.Service{}
+		Expect(c.client.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: metricsService}, svc)).To(Succeed())
+		// From the host through kube-proxy's ClusterIP rules to the pod's :8080.
+		url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))))
+		httpc := &http.Client{Timeout: 5 * time.Second}
+		Eventually(func(g Gomega) {
+			resp, err := httpc.Get(url)
+			g.Expect(err).NotTo(HaveOccurred())
+			defer func() { _ = resp.Body.Close() }()
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+			body, err := io.ReadAll(resp.Body)
+			g.Expect(err).NotTo(HaveOccurred())
+			// controller-runtime's metrics, and this replica is the leader.
+			g.Expect(string(body)).To(ContainSubstring(fmt.Sprintf("leader_election_master_status{name=%q} 1", leaderElectionID)))
+		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("clones with real git from the runner image, from a git server on the host", func() {
+		By("serving a seeded repository over smart HTTP on all host addresses")
+		srv, err := gitserver.New(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		head, err := srv.Seed("acme/widgets", "main", map[string]string{"README.md": "# widgets\n", "src/main.go": "package main\n"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(srv.Start("0.0.0.0:0")).To(Succeed())
+		DeferCleanup(srv.Close)
+		_, port, err := net.SplitHostPort(srv.Addr())
+		Expect(err).NotTo(HaveOccurred())
+		url := fmt.Sprintf("http://%s/acme/widgets.git", net.JoinHostPort(nodeIP(ctx, c), port))
+
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-git-", Labels: map[string]string{
+			"pod-security.kubernetes.io/enforce": "restricted",
+		}}}
+		Expect(c.client.Create(ctx, ns)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(c.client.Delete(context.Background(), ns))).To(Succeed()) })
+		// The controller-manager creates the namespace's default ServiceAccount.
+		Eventually(func() error {
+			return c.client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
+		}).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+		By("cloning in an init container and reading the checkout in the main container")
+		pod := gitPod(ns.Name, url)
+		Expect(c.client.Create(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(c.client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+			g.Expect(pod.Status.Phase).NotTo(Equal(corev1.PodFailed), "pod failed: %s", podLogs(ctx, c, pod))
+			g.Expect(pod.Status.Phase).To(Equal(corev1.PodSucceeded))
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+
+		Expect(podLog(ctx, c, pod, "clone")).To(ContainSubstring("Cloning into '/work/repo'"))
+		Expect(strings.TrimSpace(podLog(ctx, c, pod, "show"))).To(Equal(head+" Initial commit"),
+			"the pod's checkout is at the commit the host's git server holds")
+	})
+
+	It("tears the cluster down cleanly", func() {
+		_, err := c.localcluster(5*time.Minute, "down")
+		Expect(err).NotTo(HaveOccurred())
+
+		By("leaving no process of the cluster or of its pods")
+		Expect(clusterProcesses(c.runDir)).To(BeEmpty())
+		By("leaving no mount under the run directory and no pod network namespace")
+		Expect(mountsUnder(c.runDir)).To(BeEmpty())
+		Expect(filepath.Glob("/run/netns/cni-*")).To(BeEmpty())
+		By("keeping only the logs in the run directory")
+		entries, err := os.ReadDir(c.runDir)
+		Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		Expect(names).To(ConsistOf("logs"))
+		By("reporting no cluster")
+		_, err = c.localcluster(time.Minute, "status")
+		Expect(err).To(HaveOccurred(), "status exits 1 without a cluster")
+	})
+})
+
+// imageID is the image ID (config digest) of an archive written by `localcluster images`: what
+// the kubelet reports as a container's imageID for an image without a registry digest.
+func imageID(archive, ref string) string {
+	tag, err := name.NewTag(ref)
+	Expect(err).NotTo(HaveOccurred())
+	img, err := tarball.ImageFromPath(archive, &tag)
+	Expect(err).NotTo(HaveOccurred())
+	h, err := img.ConfigName()
+	Expect(err).NotTo(HaveOccurred())
+	return h.String()
+}
+
+func managerPod(ctx context.Context, c *cluster) *corev1.Pod {
+	var pods corev1.PodList
+	Expect(c.client.List(ctx, &pods, client.InNamespace(managerNamespace),
+		client.MatchingLabels{"app.kubernetes.io/name": "shepherd", "app.kubernetes.io/component": "manager"})).To(Succeed())
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	Expect(live).To(HaveLen(1))
+	return &live[0]
+}
+
+func nodeIP(ctx context.Context, c *cluster) string {
+	var nodes corev1.NodeList
+	Expect(c.client.List(ctx, &nodes)).To(Succeed())
+	for _, n := range nodes.Items {
+		if _, fake := n.Annotations["kwok.x-k8s.io/node"]; fake {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				return a.Address
+			}
+		}
+	}
+	Fail("no real node with an InternalIP")
+	return ""
+}
+
+// gitPod clones url with the runner image's git (init container) and prints the checked-out
+// commit (main container), under the restricted Pod Security Standard like agent pods.
+func gitPod(ns, url string) *corev1.Pod {
+	sc := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	env := []corev1.EnvVar{{Name: "HOME", Value: "/work"}}
+	mounts := []corev1.VolumeMount{{Name: "work", MountPath: "/work"}}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "git-clone", Namespace: ns},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			InitContainers: []corev1.Container{{
+				Name: "clone", Image: runnerImage, ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"git", "clone", "--progress", "--branch", "main", url, "/work/repo"},
+				Env:             env,
+				VolumeMounts:    mounts,
+				SecurityContext: sc,
+			}},
+			Containers: []corev1.Container{{
+				Name: "show", Image: runnerImage, ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"git", "-C", "/work/repo", "log", "-1", "--format=%H %s"},
+				Env:             env,
+				VolumeMounts:    mounts,
+				SecurityContext: sc,
+			}},
+			Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+}
+
+func podLog(ctx context.Context, c *cluster, pod *corev1.Pod, container string) string {
+	raw, err := c.clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred(), "kubectl logs goes through the kubelet at the node IP")
+	return string(raw)
+}
+
+// podLogs is every container's log, for failure messages.
+func podLogs(ctx context.Context, c *cluster, pod *corev1.Pod) string {
+	var b strings.Builder
+	for _, ct := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		raw, err := c.clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: ct.Name}).DoRaw(ctx)
+		fmt.Fprintf(&b, "--- %s (err %v)\n%s\n", ct.Name, err, raw)
+	}
+	return b.String()
+}
+
+// clusterProcesses lists live processes that belong to the cluster: anything with the run
+// directory on its command line (every component and containerd's shims carry it) and every
+// process in a kubelet pod cgroup (the containers). Other etcd or kube-apiserver processes on the
+// machine (envtest's) are not the cluster's.
+func clusterProcesses(runDir string) []string {
+	var found []string
+	entries, err := os.ReadDir("/proc")
+	Expect(err).NotTo(HaveOccurred())
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue // a zombie runs nothing
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		cgroup, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if !strings.Contains(string(cmdline), runDir+"/") && !strings.Contains(string(cgroup), "/kubepods") {
+			continue
+		}
+		found = append(found, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return found
+}
+
+// mountsUnder lists mount points at or below dir.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = f.Close() }()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			out = append(out, fields[4])
+		}
+	}
+	Expect(sc.Err()).NotTo(HaveOccurred())
+	return out
+}
