@@ -9,18 +9,39 @@ import (
 	"os"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/controller"
 )
+
+// cacheOptions selects what the manager caches: only its own children among pods, volumes,
+// service accounts and network policies (by the managed-by label), so that memory does not grow
+// with the cluster.
+func cacheOptions(namespaces map[string]cache.Config) cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByValue})
+	return cache.Options{
+		DefaultNamespaces: namespaces,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                   {Label: managed},
+			&corev1.PersistentVolumeClaim{}: {Label: managed},
+			&corev1.ServiceAccount{}:        {Label: managed},
+			&networkingv1.NetworkPolicy{}:   {Label: managed},
+		},
+	}
+}
 
 var scheme = runtime.NewScheme()
 
@@ -39,6 +60,13 @@ type options struct {
 	watchNamespaces string
 	secureMetrics   bool
 	enableHTTP2     bool
+
+	runnerAddr      string
+	webhookAddr     string
+	runnerURL       string
+	runnerImage     string
+	agentImages     string
+	imagePullPolicy string
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -50,6 +78,30 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all namespaces.")
 	fs.BoolVar(&o.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS with authentication and authorization (needs the metrics-auth RBAC in config/rbac).")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics server (off by default: CVE-2023-44487, rapid reset).")
+	fs.StringVar(&o.runnerAddr, "runner-bind-address", ":8090", "Address the runner channel (agent pods → manager) binds to; \"0\" disables it.")
+	fs.StringVar(&o.webhookAddr, "webhook-bind-address", ":8091", "Address the forge webhook receiver binds to; \"0\" disables it.")
+	fs.StringVar(&o.runnerURL, "runner-url", "http://shepherd-runner.shepherd-system.svc:8090", "URL of the runner channel as agent pods reach it.")
+	fs.StringVar(&o.runnerImage, "runner-image", "shepherd-runner:latest", "Image holding the runner binary, copied into every agent pod.")
+	fs.StringVar(&o.agentImages, "agent-images", "claude-code=shepherd-agent-claude-code:latest,codex=shepherd-agent-codex:latest,opencode=shepherd-agent-opencode:latest,aider=shepherd-agent-aider:latest",
+		"Default image per agent type (type=image, comma-separated), used when neither the session nor the Project names one.")
+	fs.StringVar(&o.imagePullPolicy, "image-pull-policy", "IfNotPresent", "Pull policy of agent and runner containers.")
+}
+
+// images parses --agent-images.
+func (o *options) images() (map[agentsv1alpha1.AgentType]string, error) {
+	out := map[agentsv1alpha1.AgentType]string{}
+	for _, kv := range strings.Split(o.agentImages, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("--agent-images: %q is not type=image", kv)
+		}
+		out[agentsv1alpha1.AgentType(k)] = v
+	}
+	return out, nil
 }
 
 // namespaces parses --watch-namespaces into the cache's per-namespace configuration.
@@ -96,6 +148,10 @@ func run(o options) error {
 		SecureServing: o.secureMetrics,
 		TLSOpts:       tlsOpts,
 	}
+	images, err := o.images()
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
@@ -105,10 +161,20 @@ func run(o options) error {
 		LeaderElectionNamespace: o.leaderElectNS,
 		// Releasing the lease on a clean shutdown lets a new replica take over at once.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultNamespaces: namespaces},
+		Cache:                         cacheOptions(namespaces),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if _, err := controller.Setup(ctx, mgr, controller.Config{
+		Options: controller.Options{
+			RunnerImage: o.runnerImage, AgentImages: images, RunnerURL: o.runnerURL, ImagePullPolicy: o.imagePullPolicy,
+		},
+		RunnerBindAddress:  o.runnerAddr,
+		WebhookBindAddress: o.webhookAddr,
+	}); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
@@ -117,7 +183,7 @@ func run(o options) error {
 		return fmt.Errorf("add ready check: %w", err)
 	}
 	log.Info("Starting manager", "metrics", o.metricsAddr, "probes", o.probeAddr, "leaderElection", o.leaderElect, "namespaces", o.watchNamespaces)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil

@@ -337,7 +337,9 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request, s Session) {
 	}
 }
 
-var messageIDRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+// messageIDRE accepts spec message ids (DNS labels) and the lifecycle's reaction message ids,
+// which add dots ("ciFailed.a546db46f497.1") so that they never collide with spec ids.
+var messageIDRE = regexp.MustCompile(`^[A-Za-z0-9]([-.A-Za-z0-9]*[A-Za-z0-9])?$`)
 
 func (h *Handler) ack(w http.ResponseWriter, r *http.Request, s Session) {
 	id := r.PathValue("id")

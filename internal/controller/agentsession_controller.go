@@ -1,0 +1,500 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/gitref"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
+)
+
+// +kubebuilder:rbac:groups=agents.shepherd.dev,resources=agentsessions/finalizers,verbs=update
+// +kubebuilder:rbac:groups=agents.shepherd.dev,resources=worktrees,verbs=create;delete
+// +kubebuilder:rbac:groups=core,resources=nodes,verbs=get;list;watch
+
+// AgentSessionReconciler drives one session from spawn to merge: admission, its Worktree, the
+// agent pod, the runner's reports, the forge's view of the pull request, the lifecycle engine's
+// decision, and the reactions it asks for.
+type AgentSessionReconciler struct {
+	*Deps
+	// Wake tells the runner channel that a session has new messages (long polls return at once).
+	Wake func(types.NamespacedName)
+	// Events receives reconcile requests from outside the cluster (runner reports, the forge).
+	Events chan event.GenericEvent
+
+	mergeMu sync.Mutex
+	// merged remembers merge calls made by this process, keyed by session and head SHA, so that
+	// a merge is called once per head per process. After a restart it may be called once more,
+	// which the forge makes harmless: the expected head guards it, and merging a merged pull
+	// request reports success.
+	merged map[string]error
+}
+
+// sessionScope is what one session reconcile observed and decided.
+type sessionScope struct {
+	sess     *agentsv1alpha1.AgentSession
+	key      types.NamespacedName
+	project  *agentsv1alpha1.Project
+	agent    agentsv1alpha1.AgentSpec
+	settings lifecycle.Settings
+	forge    *forge
+	forgeErr error
+	admitted bool
+	branch   string
+	worktree *agentsv1alpha1.Worktree
+	wtFound  bool
+	pod      *corev1.Pod
+	nodeLost bool
+	decision *lifecycle.Decision
+	requeue  time.Duration
+}
+
+// Reconcile follows the fixed shape. The lifecycle decision is computed in the steps; the defer
+// applies it to the status, writes it once, and only then records events and runs actions.
+func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	sess := &agentsv1alpha1.AgentSession{}
+	if err := r.Client.Get(ctx, req.NamespacedName, sess); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Hub.Forget(req.NamespacedName)
+			r.Reports.Forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !sess.DeletionTimestamp.IsZero() {
+		// The pod and the session's own Worktree carry owner references; garbage collection
+		// removes them (the Worktree's finalizer still protects unpushed commits).
+		r.Hub.Forget(req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	orig := sess.DeepCopy()
+	s := &sessionScope{sess: sess, key: req.NamespacedName}
+	var recErr error
+	defer func() {
+		r.setStatus(ctx, s, recErr)
+		if err := patchStatus(ctx, r.Client, orig, sess); err != nil {
+			retErr = errors.Join(recErr, err)
+			return
+		}
+		r.afterWrite(ctx, s, orig)
+		requeue := s.requeue
+		if s.decision != nil && s.decision.RequeueAfter > 0 && (requeue == 0 || s.decision.RequeueAfter < requeue) {
+			requeue = s.decision.RequeueAfter
+		}
+		res, retErr = result(recErr, requeue)
+	}()
+
+	for _, step := range []func(context.Context, *sessionScope) error{
+		r.resolveProject,
+		r.admit,
+		r.connect,
+		r.resolveBranch,
+		r.reconcileWorktree,
+		r.observePod,
+		r.decide,
+		r.reconcilePod,
+		r.reconcileCleanup,
+	} {
+		if recErr = step(ctx, s); recErr != nil {
+			break
+		}
+	}
+	return res, retErr
+}
+
+func (r *AgentSessionReconciler) resolveProject(ctx context.Context, s *sessionScope) error {
+	p := &agentsv1alpha1.Project{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.sess.Namespace, Name: s.sess.Spec.ProjectRef.Name}, p)
+	if apierrors.IsNotFound(err) {
+		return Stalling(agentsv1alpha1.ReasonProjectNotFound, "Project %q not found in namespace %s: create it, or point spec.projectRef at an existing Project", s.sess.Spec.ProjectRef.Name, s.sess.Namespace)
+	}
+	if err != nil {
+		return fmt.Errorf("get Project: %w", err)
+	}
+	s.project = p
+	s.agent = mergeAgent(p.Spec.Agent, s.sess.Spec.Agent)
+	if r.agentImage(s.agent) == "" {
+		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "no image for agent type %q: set spec.agent.image on the session or the Project", s.agent.Type)
+	}
+	settings, err := lifecycle.ResolveSettings(p.Spec.Reactions, p.Spec.Activity)
+	if err != nil {
+		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "Project %s: %v", p.Name, err)
+	}
+	s.settings = settings
+	return nil
+}
+
+// admit decides whether the session may run now. Admission is sticky (status.admittedTime); a
+// queued session waits until fewer than maxConcurrentSessions admitted sessions are live, oldest
+// first (by creation time, then name, so every replica computes the same order).
+func (r *AgentSessionReconciler) admit(ctx context.Context, s *sessionScope) error {
+	st := s.sess.Status
+	if st.AdmittedTime != nil && (st.Phase != agentsv1alpha1.PhaseStopped || s.sess.Spec.State == agentsv1alpha1.SessionStopped) {
+		s.admitted = true
+		return nil
+	}
+	lim := s.project.Spec.Limits
+	if lim == nil || lim.MaxConcurrentSessions == nil {
+		s.admitted = true
+		return nil
+	}
+	var list agentsv1alpha1.AgentSessionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.sess.Namespace), client.MatchingFields{indexProject: s.project.Name}); err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	s.admitted = admitted(s.sess, list.Items, int(*lim.MaxConcurrentSessions))
+	if !s.admitted {
+		// The queue moves when another session ends; the Project's session watch and this
+		// requeue bound the wait.
+		s.requeue = time.Minute
+	}
+	return nil
+}
+
+// admitted is the queue rule. Pure.
+func admitted(me *agentsv1alpha1.AgentSession, all []agentsv1alpha1.AgentSession, limit int) bool {
+	live := 0
+	var queued []*agentsv1alpha1.AgentSession
+	for i := range all {
+		o := &all[i]
+		if o.UID == me.UID || !o.DeletionTimestamp.IsZero() {
+			continue
+		}
+		holdsSlot := o.Status.AdmittedTime != nil && !o.Status.Phase.IsTerminal() && o.Spec.State != agentsv1alpha1.SessionStopped
+		switch {
+		case holdsSlot:
+			live++
+		case o.Status.AdmittedTime == nil && o.Spec.State != agentsv1alpha1.SessionStopped && !o.Status.Phase.IsTerminal():
+			queued = append(queued, o)
+		}
+	}
+	queued = append(queued, me)
+	sort.Slice(queued, func(i, j int) bool {
+		a, b := queued[i].CreationTimestamp, queued[j].CreationTimestamp
+		if !a.Equal(&b) {
+			return a.Before(&b)
+		}
+		return queued[i].Name < queued[j].Name
+	})
+	for i, q := range queued {
+		if q.UID == me.UID {
+			return live+i < limit
+		}
+	}
+	return false
+}
+
+// connect reaches the forge. Its failure does not stop the session: the agent can work while the
+// forge is down; the lifecycle then sees no fresh pull request evidence.
+func (r *AgentSessionReconciler) connect(ctx context.Context, s *sessionScope) error {
+	f, err := r.connectForge(ctx, s.project)
+	if err != nil {
+		s.forgeErr = err
+		return nil
+	}
+	s.forge = f
+	return nil
+}
+
+// resolveBranch fixes the session's branch once: the one its Worktree names, the template's, or
+// one made from the issue (stable: kept in status.branch even if the issue's title changes).
+func (r *AgentSessionReconciler) resolveBranch(ctx context.Context, s *sessionScope) error {
+	spec := s.sess.Spec
+	switch {
+	case s.sess.Status.Branch != "":
+		s.branch = s.sess.Status.Branch
+	case spec.WorktreeRef != nil:
+		// Known once the Worktree is read.
+	case spec.Worktree != nil && spec.Worktree.Branch != "":
+		s.branch = string(spec.Worktree.Branch)
+	case spec.Issue != "":
+		if s.forge == nil {
+			return forgeUnavailable(s.forgeErr, "read the issue to name the branch")
+		}
+		tr, err := r.connectTracker(ctx, s.project, s.forge)
+		if err != nil {
+			return err
+		}
+		if tr == nil {
+			return Stalling(agentsv1alpha1.ReasonInvalidSpec, "spec.issue is set but Project %s has no tracker: set spec.tracker on the Project, or give the session a prompt", s.project.Name)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		issue, err := tr.GetIssue(cctx, strings.TrimPrefix(spec.Issue, "#"))
+		cancel()
+		if errors.Is(err, tracker.ErrNotFound) {
+			return Stalling(agentsv1alpha1.ReasonInvalidSpec, "issue %s not found in the Project's tracker: check spec.issue", spec.Issue)
+		}
+		if err != nil {
+			return forgeError(err, "read issue "+spec.Issue)
+		}
+		name, err := tracker.BranchName(branchPrefix(s.project), issue)
+		if err != nil {
+			return Stalling(agentsv1alpha1.ReasonInvalidSpec, "make a branch name for issue %s: %v", spec.Issue, err)
+		}
+		s.branch = name
+	default:
+		s.branch = branchPrefix(s.project) + s.sess.Name
+	}
+	if s.branch != "" {
+		if err := gitref.ValidateBranch(s.branch); err != nil {
+			return Stalling(agentsv1alpha1.ReasonInvalidSpec, "branch %q: %v", s.branch, err)
+		}
+	}
+	return nil
+}
+
+func branchPrefix(p *agentsv1alpha1.Project) string {
+	if p.Spec.Tracker != nil && p.Spec.Tracker.BranchPrefix != "" {
+		return p.Spec.Tracker.BranchPrefix
+	}
+	return "shepherd/"
+}
+
+func forgeUnavailable(err error, what string) error {
+	if err == nil {
+		return Waiting(forgeRetry, agentsv1alpha1.ReasonForgeUnavailable, "%s: the forge is not connected", what)
+	}
+	return err
+}
+
+// reconcileWorktree reads the Worktree the session names, or creates its own once admitted.
+func (r *AgentSessionReconciler) reconcileWorktree(ctx context.Context, s *sessionScope) error {
+	name := sessionWorktree(s.sess)
+	wt := &agentsv1alpha1.Worktree{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.sess.Namespace, Name: name}, wt)
+	switch {
+	case err == nil:
+		s.worktree, s.wtFound = wt, true
+		if s.sess.Spec.WorktreeRef != nil {
+			if wt.Spec.ProjectRef.Name != s.project.Name {
+				return Stalling(agentsv1alpha1.ReasonInvalidSpec, "Worktree %s belongs to Project %s, not %s: name a Worktree of the session's Project", name, wt.Spec.ProjectRef.Name, s.project.Name)
+			}
+			s.branch = string(wt.Spec.Branch)
+		}
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("get Worktree: %w", err)
+	case s.sess.Spec.WorktreeRef != nil:
+		return nil // evidence: NotFound; the lifecycle holds the session until it appears
+	case !s.admitted || s.sess.Spec.State == agentsv1alpha1.SessionStopped || s.sess.Status.Phase.IsTerminal():
+		return nil
+	}
+	wt = &agentsv1alpha1.Worktree{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Namespace: s.sess.Namespace,
+		Labels: mergeLabels(managedLabels(s.project.Name), map[string]string{agentsv1alpha1.LabelSession: s.sess.Name}),
+	}}
+	wt.Spec.ProjectRef = agentsv1alpha1.LocalObjectReference{Name: s.project.Name}
+	wt.Spec.Branch = agentsv1alpha1.BranchName(s.branch)
+	if t := s.sess.Spec.Worktree; t != nil {
+		wt.Spec.Base, wt.Spec.Mode, wt.Spec.Adopt, wt.Spec.Storage = t.Base, t.Mode, t.Adopt, t.Storage.DeepCopy()
+	}
+	if err := controllerutil.SetControllerReference(s.sess, wt, r.Scheme); err != nil {
+		return fmt.Errorf("own Worktree: %w", err)
+	}
+	if err := r.Client.Create(ctx, wt); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Worktree: %w", err)
+	}
+	s.worktree, s.wtFound = wt, true
+	return nil
+}
+
+func (r *AgentSessionReconciler) observePod(ctx context.Context, s *sessionScope) error {
+	pod := &corev1.Pod{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.sess.Namespace, Name: agentPodName(s.sess.Name)}, pod)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get agent pod: %w", err)
+	}
+	if !metav1.IsControlledBy(pod, s.sess) {
+		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "pod %s exists and is not this session's: delete or rename it", pod.Name)
+	}
+	s.pod = pod
+	if pod.Spec.NodeName != "" {
+		node := &corev1.Node{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get node: %w", err)
+		}
+		s.nodeLost = nodeLost(node, err == nil, r.now(), s.settings.GracePeriod)
+	}
+	return nil
+}
+
+// decide gathers the evidence and asks the lifecycle engine.
+func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) error {
+	in := lifecycle.Input{
+		Now:        r.now(),
+		Generation: s.sess.Generation,
+		Spec:       lifecycle.SpecEvidence{State: s.sess.Spec.State, Admitted: s.admitted, Messages: s.sess.Spec.Messages},
+		Settings:   s.settings,
+		Pod:        podEvidence(s.pod, s.nodeLost),
+		Previous:   s.sess.Status,
+	}
+	if s.sess.Spec.WorktreeRef != nil && !s.wtFound {
+		in.Workspace.NotFound = true
+	} else if s.worktree != nil {
+		in.Workspace.Phase = s.worktree.Status.Phase
+		if c := findCondition(s.worktree.Status.Conditions, agentsv1alpha1.ConditionReady); c != nil {
+			in.Workspace.Message = c.Message
+		}
+	}
+	rep, ok := r.Reports.Get(s.key)
+	in.Runner = runnerEvidence(rep, ok)
+	if s.forge != nil && s.branch != "" {
+		w := scm.Watch{Repo: s.forge.Repo, Head: scm.Head{Branch: s.branch}, MaxAge: pollInterval(s.project)}
+		if pr := s.sess.Status.PullRequest; pr != nil {
+			w.Number = int(pr.Number)
+		} else if in.Runner.PullRequestNumber > 0 {
+			w.Number = int(in.Runner.PullRequestNumber)
+		}
+		r.Hub.Watch(s.key, s.forge.Conn, w)
+		obs, found := r.Hub.Get(s.key)
+		in.PullRequest = pullRequestEvidence(obs, found)
+	}
+	d := lifecycle.Decide(in)
+	s.decision = &d
+	return nil
+}
+
+func pollInterval(p *agentsv1alpha1.Project) time.Duration {
+	if p.Spec.SCM.PollInterval != nil {
+		return p.Spec.SCM.PollInterval.Duration
+	}
+	return time.Minute
+}
+
+// reconcilePod keeps the agent pod in step with the decision: running while the session is live,
+// recreated when it was lost (a restore), removed when the session stops or ends.
+func (r *AgentSessionReconciler) reconcilePod(ctx context.Context, s *sessionScope) error {
+	d := s.decision
+	wantPod := s.admitted && s.sess.Spec.State != agentsv1alpha1.SessionStopped && !d.Phase.IsTerminal() &&
+		d.Phase != agentsv1alpha1.PhaseQueued && s.wtFound
+	if s.pod != nil {
+		finished := s.pod.Status.Phase == corev1.PodSucceeded || s.pod.Status.Phase == corev1.PodFailed
+		if !wantPod || (finished && d.Restored) {
+			return r.deletePod(ctx, s.pod)
+		}
+		return nil
+	}
+	if !wantPod {
+		return nil
+	}
+	if s.worktree.Status.Phase == agentsv1alpha1.WorktreeFailed || s.worktree.Status.Phase == agentsv1alpha1.WorktreeRemoving ||
+		s.worktree.Status.Phase == agentsv1alpha1.WorktreeRemoved {
+		return nil // the lifecycle reports the workspace problem
+	}
+	vol := worktreeVolume(s.project.Name, s.worktree, worktreeMode(s.worktree, s.project))
+	pod, err := r.agentPod(s.sess, s.project, s.worktree, vol, s.agent)
+	if err != nil {
+		return err
+	}
+	if err := controllerutil.SetControllerReference(s.sess, pod, r.Scheme); err != nil {
+		return fmt.Errorf("own agent pod: %w", err)
+	}
+	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create agent pod: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created agent pod", "pod", klogRef(pod), "image", pod.Spec.Containers[0].Image)
+	s.pod = pod
+	return nil
+}
+
+func (r *AgentSessionReconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	if !pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete agent pod: %w", err)
+	}
+	return nil
+}
+
+func worktreeMode(wt *agentsv1alpha1.Worktree, p *agentsv1alpha1.Project) agentsv1alpha1.WorkspaceMode {
+	switch {
+	case wt.Spec.Mode != "":
+		return wt.Spec.Mode
+	case wt.Status.Mode != "":
+		return wt.Status.Mode
+	case p.Spec.Workspace.Mode != "":
+		return p.Spec.Workspace.Mode
+	}
+	return agentsv1alpha1.WorkspaceWorktree
+}
+
+// reconcileCleanup applies the Project's cleanup policy once the pull request merged: the
+// session's own Worktree is kept, or set Absent (its checkout goes, the record and branch stay).
+func (r *AgentSessionReconciler) reconcileCleanup(ctx context.Context, s *sessionScope) error {
+	if s.decision.Phase != agentsv1alpha1.PhaseMerged || s.sess.Spec.WorktreeRef != nil || s.worktree == nil ||
+		s.project.Spec.Cleanup == nil || s.project.Spec.Cleanup.WorktreeAfterMerge != agentsv1alpha1.WorktreeRemove ||
+		s.worktree.Spec.State == agentsv1alpha1.WorktreeAbsent || s.pod != nil && s.pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	patch := client.MergeFrom(s.worktree.DeepCopy())
+	s.worktree.Spec.State = agentsv1alpha1.WorktreeAbsent
+	if err := r.Client.Patch(ctx, s.worktree, patch); err != nil {
+		return fmt.Errorf("set Worktree Absent after merge: %w", err)
+	}
+	return nil
+}
+
+// SetupWithManager watches sessions, their pods and Worktrees, the Projects they name, and the
+// events from outside the cluster (runner reports, forge changes).
+func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		// Our own status writes are not news: only spec, annotation and deletion changes are.
+		For(&agentsv1alpha1.AgentSession{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&corev1.Pod{}).
+		Watches(&agentsv1alpha1.Worktree{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForWorktree), builder.WithPredicates(worktreePhaseChanged())).
+		// A Project's status changes with every session it counts; only its spec matters here.
+		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForProject), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
+		Named("agentsession").
+		Complete(r)
+}
+
+func (r *AgentSessionReconciler) sessionsForWorktree(ctx context.Context, o client.Object) []reconcile.Request {
+	var list agentsv1alpha1.AgentSessionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexWorktree: o.GetName()}); err != nil {
+		return nil
+	}
+	return requestsFor(list.Items)
+}
+
+func (r *AgentSessionReconciler) sessionsForProject(ctx context.Context, o client.Object) []reconcile.Request {
+	var list agentsv1alpha1.AgentSessionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()}); err != nil {
+		return nil
+	}
+	return requestsFor(list.Items)
+}
+
+func requestsFor(items []agentsv1alpha1.AgentSession) []reconcile.Request {
+	out := make([]reconcile.Request, 0, len(items))
+	for i := range items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&items[i])})
+	}
+	return out
+}

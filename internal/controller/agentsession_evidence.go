@@ -1,0 +1,192 @@
+package controller
+
+import (
+	"errors"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+)
+
+// Evidence builders are pure: Kubernetes, runner and forge observations in, lifecycle evidence
+// out. They are table-tested without an API server.
+
+// podEvidence describes the agent pod and its agent container.
+func podEvidence(pod *corev1.Pod, nodeLost bool) lifecycle.PodEvidence {
+	if pod == nil {
+		return lifecycle.PodEvidence{}
+	}
+	ev := lifecycle.PodEvidence{
+		Exists:   true,
+		UID:      string(pod.UID),
+		Phase:    lifecycle.PodPhase(pod.Status.Phase),
+		Reason:   pod.Status.Reason,
+		Deleting: !pod.DeletionTimestamp.IsZero(),
+		NodeLost: nodeLost,
+	}
+	if ev.Phase == "" {
+		ev.Phase = lifecycle.PodPending
+	}
+	// A failing init container (prepare, copy-runner) is the agent's failure to start.
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" {
+			ev.WaitingReason, ev.WaitingMessage = w.Reason, cs.Name+": "+w.Message
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			ev.Terminated = &lifecycle.ContainerExit{ExitCode: t.ExitCode, Reason: cs.Name + " " + t.Reason}
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != containerAgent {
+			continue
+		}
+		ev.Restarts = cs.RestartCount
+		switch {
+		case cs.State.Running != nil:
+			ev.ContainerRunning = true
+		case cs.State.Waiting != nil:
+			ev.WaitingReason, ev.WaitingMessage = cs.State.Waiting.Reason, cs.State.Waiting.Message
+		case cs.State.Terminated != nil:
+			t := cs.State.Terminated
+			ev.Terminated = &lifecycle.ContainerExit{ExitCode: t.ExitCode, Reason: t.Reason}
+		}
+	}
+	return ev
+}
+
+// runnerEvidence turns the merged runner report into evidence. Reports from another pod than
+// the current one still count (the lifecycle compares PodUID).
+func runnerEvidence(r SessionReport, ok bool) lifecycle.RunnerEvidence {
+	if !ok || (r.Activity == nil && r.Agent == (SessionReport{}).Agent && r.PullRequest == nil) {
+		ev := lifecycle.RunnerEvidence{}
+		if ok && r.PullRequest != nil {
+			ev.PullRequestNumber = r.PullRequest.Number
+		}
+		return ev
+	}
+	ev := lifecycle.RunnerEvidence{
+		Reported:       true,
+		PodUID:         string(r.PodUID),
+		ReportTime:     r.Received,
+		AgentSessionID: r.Agent.SessionID,
+		Summary:        r.Summary,
+	}
+	if a := r.Activity; a != nil {
+		ev.State, ev.LastActivityTime, ev.Question, ev.ExitCode, ev.Message = a.State, a.LastActivityTime, a.Question, a.ExitCode, a.Message
+	}
+	if r.PullRequest != nil {
+		ev.PullRequestNumber = r.PullRequest.Number
+	}
+	if u := r.Usage; u != nil {
+		ev.Usage = &agentsv1alpha1.UsageStatus{CostUSD: u.CostUSD, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, Turns: u.Turns}
+	}
+	return ev
+}
+
+// pullRequestEvidence turns the poller's observation into evidence. Observed is false until the
+// forge answered, and while it errors: the lifecycle then keeps what it knew.
+func pullRequestEvidence(obs scm.Observation, found bool) lifecycle.PullRequestEvidence {
+	if !found || obs.CheckedAt.IsZero() || obs.Err != nil && !errors.Is(obs.Err, scm.ErrNotFound) {
+		return lifecycle.PullRequestEvidence{}
+	}
+	pr := obs.PullRequest
+	if pr == nil {
+		return lifecycle.PullRequestEvidence{Observed: true}
+	}
+	ev := lifecycle.PullRequestEvidence{
+		Observed:   true,
+		Exists:     true,
+		Number:     int64(pr.Number),
+		URL:        pr.URL,
+		Title:      pr.Title,
+		State:      agentsv1alpha1.PullRequestState(pr.State),
+		Draft:      pr.Draft,
+		HeadSHA:    pr.HeadSHA,
+		HeadBranch: pr.Head.Branch,
+		BaseBranch: pr.BaseRef,
+		MergeState: mergeState(pr),
+		// GitHub reports BEHIND only when branch protection requires the head to be up to date,
+		// so a Behind state always blocks the merge.
+		BaseRequiresUpToDate: true,
+		ReviewDecision:       reviewDecision(pr.ReviewDecision),
+		MergeCommitSHA:       pr.MergeCommitSHA,
+		Checks: lifecycle.ChecksEvidence{
+			State:   agentsv1alpha1.ChecksState(pr.Checks.State),
+			Passed:  int32(pr.Checks.Passed),
+			Failed:  int32(pr.Checks.Failed),
+			Pending: int32(pr.Checks.Pending),
+		},
+	}
+	if ev.Checks.State == "" {
+		ev.Checks.State = agentsv1alpha1.ChecksNone
+	}
+	for _, c := range pr.Checks.FailedChecks {
+		ev.Checks.FailedChecks = append(ev.Checks.FailedChecks, lifecycle.FailedCheck{Name: c.Name, URL: c.URL, LogExcerpt: c.LogExcerpt})
+	}
+	for _, t := range pr.Threads {
+		if t.Outdated {
+			continue
+		}
+		ev.Threads = append(ev.Threads, lifecycle.ReviewThread{ID: t.ID, Author: t.Author, Path: t.Path, Line: t.Line, Body: t.Body, URL: t.URL})
+	}
+	ev.ChangeRequests = changeRequests(pr.Reviews)
+	return ev
+}
+
+// changeRequests are the reviews whose author's latest standing review requests changes.
+func changeRequests(reviews []scm.Review) []lifecycle.Review {
+	latest := map[string]scm.Review{}
+	for _, r := range reviews {
+		if r.State == scm.ReviewStateCommented || r.State == scm.ReviewStatePending {
+			continue // comments don't change a reviewer's standing verdict
+		}
+		if cur, ok := latest[r.Author]; !ok || !r.SubmittedAt.Before(cur.SubmittedAt) {
+			latest[r.Author] = r
+		}
+	}
+	var out []lifecycle.Review
+	for _, r := range latest {
+		if r.State == scm.ReviewStateChangesRequested && !r.Dismissed {
+			out = append(out, lifecycle.Review{ID: r.ID, Author: r.Author})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func mergeState(pr *scm.PullRequest) agentsv1alpha1.MergeState {
+	switch {
+	case pr.Draft:
+		return agentsv1alpha1.MergeStateDraft
+	case pr.Mergeable == scm.MergeableFalse || pr.MergeState == scm.MergeStateDirty:
+		return agentsv1alpha1.MergeStateDirty
+	}
+	if s := agentsv1alpha1.MergeState(pr.MergeState); s != "" {
+		return s
+	}
+	return agentsv1alpha1.MergeStateUnknown
+}
+
+func reviewDecision(d scm.ReviewDecision) agentsv1alpha1.ReviewDecision {
+	if d == "" {
+		return agentsv1alpha1.ReviewNone
+	}
+	return agentsv1alpha1.ReviewDecision(d)
+}
+
+// nodeLost reports whether the pod's node is gone or has not been Ready for longer than grace.
+func nodeLost(node *corev1.Node, found bool, now time.Time, grace time.Duration) bool {
+	if !found {
+		return true
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue && now.Sub(c.LastTransitionTime.Time) > grace {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,232 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/notify"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+)
+
+// setStatus writes the decision and the controller's own bookkeeping onto the status.
+func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, err error) {
+	st := &s.sess.Status
+	if s.decision != nil {
+		lifecycle.Apply(st, *s.decision)
+		queueNotifications(st, s.project, notificationsOf(s.decision, r.now()))
+	}
+	if r.Deliveries != nil {
+		r.Deliveries.pruneDelivered(s.key, st)
+	}
+	if s.branch != "" {
+		st.Branch = s.branch
+	}
+	if s.worktree != nil {
+		st.WorktreeName = s.worktree.Name
+	}
+	if s.pod != nil && s.pod.DeletionTimestamp.IsZero() {
+		st.PodName = s.pod.Name
+	} else if s.decision != nil && (s.decision.Phase.IsTerminal()) {
+		st.PodName = ""
+	}
+	if s.project != nil {
+		st.Agent.Type = s.agent.Type
+		st.Agent.Image = r.agentImage(s.agent)
+		if st.Agent.Model == "" || s.agent.Model != "" {
+			st.Agent.Model = s.agent.Model
+		}
+		if rep, ok := r.Reports.Get(s.key); ok && rep.Agent.Model != "" {
+			st.Agent.Model = rep.Agent.Model
+		}
+	}
+	if err != nil {
+		// A failure around the decision (a pod that could not be created, a missing Project)
+		// overrides the kstatus summary; the specific conditions keep what the engine said.
+		setKstatus(&st.Conditions, s.sess.Generation, err, false, "", "")
+		if st.Phase == "" {
+			st.Phase = agentsv1alpha1.PhaseQueued
+		}
+	}
+}
+
+// notificationsOf turns the decision's Notify and Escalate actions into outbox entries.
+func notificationsOf(d *lifecycle.Decision, now time.Time) []agentsv1alpha1.PendingNotification {
+	var out []agentsv1alpha1.PendingNotification
+	for _, a := range d.Actions {
+		if a.Type != lifecycle.ActionNotify && a.Type != lifecycle.ActionEscalate {
+			continue
+		}
+		t := metav1.NewTime(now.Truncate(time.Second))
+		out = append(out, agentsv1alpha1.PendingNotification{
+			ID: clip(a.ID, 128), Type: clip(string(a.Event), 64), Priority: a.Priority,
+			Reason: clip(a.Reason, 128), Message: clip(a.Text, 2048), CreatedTime: &t,
+		})
+	}
+	return out
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// afterWrite runs once the status is written: events, then the actions (merge, delivery of
+// notifications, waking the runner for new messages).
+func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope, orig *agentsv1alpha1.AgentSession) {
+	log := ctrl.LoggerFrom(ctx)
+	if s.decision != nil {
+		if orig.Status.Phase != s.decision.Phase {
+			log.Info("Phase changed", "from", orig.Status.Phase, "to", s.decision.Phase, "reason", s.decision.Reason)
+		}
+		for _, e := range s.decision.Events {
+			kind := corev1.EventTypeNormal
+			if e.IsWarning() {
+				kind = corev1.EventTypeWarning
+			}
+			if r.Recorder != nil {
+				r.Recorder.Eventf(s.sess, nil, kind, e.Reason, string(e.Type), "%s", e.Message)
+			}
+		}
+		for _, a := range s.decision.Actions {
+			switch a.Type {
+			case lifecycle.ActionMerge:
+				r.merge(ctx, s, a)
+			case lifecycle.ActionSendToAgent:
+				if r.Wake != nil {
+					r.Wake(s.key)
+				}
+			}
+		}
+		r.resumeMerge(ctx, s)
+	}
+	r.dispatch(ctx, s)
+}
+
+// merge asks the forge to merge, guarded by the head commit the lifecycle approved.
+func (r *AgentSessionReconciler) merge(ctx context.Context, s *sessionScope, a lifecycle.Action) {
+	if s.forge == nil {
+		return
+	}
+	key := s.key.String() + "@" + a.ExpectedHeadSHA
+	r.mergeMu.Lock()
+	if r.merged == nil {
+		r.merged = map[string]error{}
+	}
+	if _, done := r.merged[key]; done {
+		r.mergeMu.Unlock()
+		return
+	}
+	r.merged[key] = nil
+	r.mergeMu.Unlock()
+
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	res, err := s.forge.Conn.Provider.MergePullRequest(cctx, s.forge.Repo, int(a.PullRequestNumber), scm.MergeOptions{
+		Method: scm.MergeMethod(a.MergeMethod), ExpectedHeadSHA: a.ExpectedHeadSHA,
+	})
+	cancel()
+	r.mergeMu.Lock()
+	r.merged[key] = err
+	r.mergeMu.Unlock()
+	log := ctrl.LoggerFrom(ctx).WithValues("pullRequest", a.PullRequestNumber, "head", a.ExpectedHeadSHA)
+	if err != nil {
+		log.Error(err, "Merge refused")
+		if r.Recorder != nil {
+			r.Recorder.Eventf(s.sess, nil, corev1.EventTypeWarning, "MergeFailed", "Merge",
+				"merge of #%d at %s refused: %v", a.PullRequestNumber, shortSHA(a.ExpectedHeadSHA), err)
+		}
+		if !errors.Is(err, scm.ErrHeadChanged) {
+			// The lifecycle will not try this head again: tell a human.
+			r.notifyNow(ctx, s, agentsv1alpha1.PendingNotification{
+				ID: fmt.Sprintf("merge-failed.%s", shortSHA(a.ExpectedHeadSHA)), Type: string(agentsv1alpha1.EventReactionEscalated),
+				Priority: agentsv1alpha1.PriorityUrgent, Reason: "MergeFailed",
+				Message: fmt.Sprintf("Shepherd could not merge #%d at %s: %v", a.PullRequestNumber, shortSHA(a.ExpectedHeadSHA), err),
+			})
+		}
+		return
+	}
+	log.Info("Merged pull request", "mergeCommit", res.SHA)
+	r.Hub.Notify(scm.Hint{Repo: s.forge.Repo, Event: "merge", Numbers: []int{int(a.PullRequestNumber)}})
+}
+
+// resumeMerge re-issues a merge the lifecycle decided in an earlier reconcile when this process
+// has not made it (a restart between the status write and the forge call).
+func (r *AgentSessionReconciler) resumeMerge(ctx context.Context, s *sessionScope) {
+	st := s.sess.Status
+	pr := st.PullRequest
+	if pr == nil || pr.State != agentsv1alpha1.PullRequestOpen || pr.HeadSHA == "" || st.Phase != agentsv1alpha1.PhaseMergeable {
+		return
+	}
+	react, ok := s.settings.Reactions[agentsv1alpha1.TriggerApprovedAndGreen]
+	if !ok || react.Action != agentsv1alpha1.ReactionMerge {
+		return
+	}
+	for _, rs := range st.Reactions {
+		if rs.Trigger == agentsv1alpha1.TriggerApprovedAndGreen && rs.LastAttemptKey == pr.HeadSHA {
+			method := react.MergeMethod
+			if method == "" {
+				method = lifecycle.DefaultMergeMethod
+			}
+			r.merge(ctx, s, lifecycle.Action{Type: lifecycle.ActionMerge, PullRequestNumber: pr.Number, ExpectedHeadSHA: pr.HeadSHA, MergeMethod: method})
+		}
+	}
+}
+
+// notifyNow sends a notification that is not part of a lifecycle decision, straight to the
+// dispatcher (at most once per process; it is not kept in status).
+func (r *AgentSessionReconciler) notifyNow(ctx context.Context, s *sessionScope, n agentsv1alpha1.PendingNotification) {
+	if s.project == nil || s.project.Spec.Notifications == nil || r.Notifier == nil {
+		return
+	}
+	for _, route := range notify.Select(s.project.Spec.Notifications.Routes, n.Priority) {
+		r.enqueue(ctx, s, n, route.Name)
+	}
+}
+
+// dispatch hands every undelivered (notification, route) to the dispatcher.
+func (r *AgentSessionReconciler) dispatch(ctx context.Context, s *sessionScope) {
+	if r.Notifier == nil || s.project == nil {
+		return
+	}
+	for _, n := range s.sess.Status.Notifications {
+		for _, route := range n.Routes {
+			r.enqueue(ctx, s, n, route)
+		}
+	}
+}
+
+func (r *AgentSessionReconciler) enqueue(ctx context.Context, s *sessionScope, n agentsv1alpha1.PendingNotification, route string) {
+	key := jobKey(s.key, n.ID, route)
+	if r.Notifier.Pending(key) {
+		return
+	}
+	sender, err := r.senderFor(ctx, s.project, route)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot build the notification sender", "route", route)
+		return
+	}
+	created := r.now()
+	if n.CreatedTime != nil {
+		created = n.CreatedTime.Time
+	}
+	prURL := ""
+	if pr := s.sess.Status.PullRequest; pr != nil {
+		prURL = pr.URL
+	}
+	r.Notifier.Enqueue(notify.Job{Key: key, Route: route, Sender: sender, Notification: notify.Notification{
+		ID: s.sess.Namespace + "/" + s.sess.Name + "/" + n.ID, Type: n.Type, Priority: n.Priority, Reason: n.Reason,
+		Message: n.Message, Namespace: s.sess.Namespace, Session: s.sess.Name, Project: s.project.Name,
+		PullRequestURL: prURL, Time: created,
+	}})
+}
+
+func metaTime(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }

@@ -1,0 +1,179 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/workspace"
+	. "github.com/shepherd-dev/shepherd/test/builders"
+)
+
+var ctx = context.Background()
+
+// project makes a Project on the fake GitHub repository full.
+func project(ns, full string) *ProjectBuilder {
+	return MakeProject("widgets", ns).URL(gh.CloneURL(full)).TokenSecret("github", "token").With(func(s *agentsv1alpha1.ProjectSpec) {
+		s.SCM.APIURL = agentsv1alpha1.HTTPURL(gh.URL())
+		s.SCM.WebhookSecretRef = &agentsv1alpha1.SecretKeyRef{Name: "github", Key: "webhook"}
+		s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerGitHub, BranchPrefix: "shepherd/"}
+	})
+}
+
+func get[T client.Object](ns, name string, obj T) T {
+	GinkgoHelper()
+	Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)).To(Succeed())
+	return obj
+}
+
+func sessionPhase(ns, name string) func() agentsv1alpha1.SessionPhase {
+	return func() agentsv1alpha1.SessionPhase {
+		s := &agentsv1alpha1.AgentSession{}
+		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
+			return ""
+		}
+		return s.Status.Phase
+	}
+}
+
+func condition(obj client.Object, conds func() []metav1.Condition, typ string) func() *metav1.Condition {
+	return func() *metav1.Condition {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return nil
+		}
+		return meta.FindStatusCondition(conds(), typ)
+	}
+}
+
+// playKubelet marks a pod as the kubelet would: init containers done (prepare leaves its
+// result as the termination message, as the runner writes it), the main container running.
+func playKubelet(pod *corev1.Pod, prepared *workspace.Result, running bool) {
+	GinkgoHelper()
+	Eventually(func() error {
+		p := &corev1.Pod{}
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.InitContainerStatuses = nil
+		for _, c := range p.Spec.InitContainers {
+			msg := ""
+			if c.Name == "prepare" && prepared != nil {
+				b, _ := json.Marshal(prepared)
+				msg = string(b)
+			}
+			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{
+				Name: c.Name, Image: c.Image, Ready: true,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: msg, FinishedAt: now}},
+			})
+		}
+		p.Status.ContainerStatuses = nil
+		for _, c := range p.Spec.Containers {
+			st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: running}
+			if running {
+				st.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
+			} else {
+				st.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+			}
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, st)
+		}
+		return k8sClient.Status().Update(ctx, p)
+	}).Should(Succeed())
+}
+
+// finishPod ends a pod's main container with code and message (a worktree pod's result).
+func finishPod(pod *corev1.Pod, code int32, message string) {
+	GinkgoHelper()
+	Eventually(func() error {
+		p := &corev1.Pod{}
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodSucceeded
+		if code != 0 {
+			p.Status.Phase = corev1.PodFailed
+		}
+		p.Status.ContainerStatuses = nil
+		for _, c := range p.Spec.Containers {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+				Name: c.Name, Image: c.Image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: message, FinishedAt: now}},
+			})
+		}
+		return k8sClient.Status().Update(ctx, p)
+	}).Should(Succeed())
+}
+
+func prepared(branch string) *workspace.Result {
+	return &workspace.Result{
+		Path: "/shepherd/workspace/worktrees/x", Branch: branch, BranchAction: workspace.BranchCreated,
+		Setup: workspace.SetupResult{State: agentsv1alpha1.SetupSucceeded},
+		Facts: workspace.Facts{Branch: branch, Head: "0123456789abcdef0123456789abcdef01234567"},
+	}
+}
+
+func waitPod(ns, name string) *corev1.Pod {
+	GinkgoHelper()
+	pod := &corev1.Pod{}
+	Eventually(func() error { return k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod) }).
+		WithTimeout(20 * time.Second).Should(Succeed())
+	return pod
+}
+
+// fakeRunner plays the runner over the real channel, with a real token bound to its pod.
+type fakeRunner struct {
+	*runnerapi.Client
+	pod *corev1.Pod
+	seq uint64
+}
+
+func startRunner(ns, session, projectName string) *fakeRunner {
+	GinkgoHelper()
+	pod := waitPod(ns, session+"-agent")
+	playKubelet(pod, prepared("shepherd/"+session), true)
+	return connectRunner(pod, projectName)
+}
+
+func connectRunner(pod *corev1.Pod, projectName string) *fakeRunner {
+	GinkgoHelper()
+	tr, err := clientset.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, projectName+"-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences: []string{runnerapi.Audience}, ExpirationSeconds: ptr.To[int64](600),
+		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	f := filepath.Join(GinkgoT().TempDir(), "token")
+	Expect(os.WriteFile(f, []byte(tr.Status.Token), 0o600)).To(Succeed())
+	c, err := runnerapi.NewClient("http://"+mgr.runnerAddr, f, "")
+	Expect(err).NotTo(HaveOccurred())
+	r := &fakeRunner{Client: c, pod: pod}
+	task, err := c.Task(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	r.seq = task.LastSequence
+	return r
+}
+
+func (r *fakeRunner) report(state agentsv1alpha1.ActivityState, mutate ...func(*runnerapi.Report)) {
+	GinkgoHelper()
+	r.seq++
+	rep := runnerapi.Report{Sequence: r.seq, Time: time.Now(), Activity: &runnerapi.ActivityReport{State: state, LastActivityTime: time.Now()}}
+	for _, m := range mutate {
+		m(&rep)
+	}
+	Expect(r.Report(ctx, rep)).To(Succeed())
+}

@@ -1,0 +1,101 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+)
+
+// Field indexes, so that no reconcile lists the whole cluster.
+const (
+	// indexProject indexes Worktrees and AgentSessions by spec.projectRef.name.
+	indexProject = "spec.projectRef.name"
+	// indexWorktree indexes AgentSessions by the Worktree they use (worktreeRef, or their own).
+	indexWorktree = "shepherd.worktree"
+	// indexSecret indexes Projects by every Secret they reference.
+	indexSecret = "shepherd.secrets"
+	// indexRepository indexes Projects by repository ("owner/name"), for webhooks.
+	indexRepository = "shepherd.repository"
+)
+
+// sessionWorktree is the Worktree a session uses: the one it names, or its own (same name).
+func sessionWorktree(s *agentsv1alpha1.AgentSession) string {
+	if s.Spec.WorktreeRef != nil {
+		return s.Spec.WorktreeRef.Name
+	}
+	return s.Name
+}
+
+// projectSecrets lists the Secrets a Project references.
+func projectSecrets(p *agentsv1alpha1.Project) []string {
+	var out []string
+	add := func(ref *agentsv1alpha1.SecretKeyRef) {
+		if ref != nil {
+			out = append(out, ref.Name)
+		}
+	}
+	if c := p.Spec.Repository.Credentials; c != nil {
+		add(c.SecretRef)
+		if c.GitHubApp != nil {
+			add(&c.GitHubApp.PrivateKeySecretRef)
+		}
+	}
+	add(p.Spec.SCM.WebhookSecretRef)
+	if t := p.Spec.Tracker; t != nil && t.Linear != nil {
+		add(&t.Linear.APIKeySecretRef)
+	}
+	for _, c := range p.Spec.Agent.Credentials {
+		add(&c.SecretRef)
+	}
+	if n := p.Spec.Notifications; n != nil {
+		for _, r := range n.Routes {
+			if r.Webhook != nil {
+				add(&r.Webhook.SecretRef)
+			}
+			if r.Slack != nil {
+				add(&r.Slack.WebhookURLSecretRef)
+			}
+		}
+	}
+	return out
+}
+
+// SetupIndexes registers the field indexes every reconciler relies on.
+func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &agentsv1alpha1.AgentSession{}, indexProject, func(o client.Object) []string {
+		return []string{o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name}
+	}); err != nil {
+		return fmt.Errorf("index sessions by project: %w", err)
+	}
+	if err := idx.IndexField(ctx, &agentsv1alpha1.Worktree{}, indexProject, func(o client.Object) []string {
+		return []string{o.(*agentsv1alpha1.Worktree).Spec.ProjectRef.Name}
+	}); err != nil {
+		return fmt.Errorf("index worktrees by project: %w", err)
+	}
+	if err := idx.IndexField(ctx, &agentsv1alpha1.AgentSession{}, indexWorktree, func(o client.Object) []string {
+		return []string{sessionWorktree(o.(*agentsv1alpha1.AgentSession))}
+	}); err != nil {
+		return fmt.Errorf("index sessions by worktree: %w", err)
+	}
+	if err := idx.IndexField(ctx, &agentsv1alpha1.Project{}, indexSecret, func(o client.Object) []string {
+		return projectSecrets(o.(*agentsv1alpha1.Project))
+	}); err != nil {
+		return fmt.Errorf("index projects by secret: %w", err)
+	}
+	if err := idx.IndexField(ctx, &agentsv1alpha1.Project{}, indexRepository, func(o client.Object) []string {
+		repo, err := scm.ParseRepoURL(string(o.(*agentsv1alpha1.Project).Spec.Repository.URL))
+		if err != nil {
+			return nil
+		}
+		return []string{repo.String()}
+	}); err != nil {
+		return fmt.Errorf("index projects by repository: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package controller
+
+import (
+	"time"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// Child names are deterministic, so that a reconcile that restarts at any line finds what the
+// previous one created instead of creating it twice. Object names are DNS labels of at most 63
+// characters (the CRDs enforce it), so every name below stays a valid DNS subdomain.
+
+func agentServiceAccountName(project string) string { return project + "-agent" }
+func workspaceClaimName(project string) string      { return project + "-workspace" }
+func egressPolicyName(project string) string        { return project + "-agent-egress" }
+func checkoutClaimName(worktree string) string      { return worktree + "-checkout" }
+func worktreePodName(worktree string) string        { return worktree + "-worktree" }
+func agentPodName(session string) string            { return session + "-agent" }
+
+// componentLabel is the label that says what a child is.
+const componentLabel = agentsv1alpha1.LabelComponent
+
+// Container names of agent pods.
+const (
+	containerCopyRunner = "copy-runner"
+	containerPrepare    = "prepare"
+	containerAgent      = "agent"
+)
+
+// Component label values.
+const (
+	componentAgent    = "agent"
+	componentWorktree = "worktree"
+	componentVolume   = "workspace"
+)
+
+// Paths inside pods. The Project's workspace volume holds the mirror and the worktrees that hang
+// off it, mounted at the same path in every pod (a worktree's .git file names its admin
+// directory in the mirror by absolute path).
+const (
+	workspaceMount = "/shepherd/workspace"
+	mirrorPath     = workspaceMount + "/mirror.git"
+	binMount       = "/shepherd/bin"
+	runnerBinary   = binMount + "/runner"
+	homeMount      = "/shepherd/home"
+	tokenMount     = "/var/run/secrets/shepherd"
+	tokenFile      = tokenMount + "/token"
+)
+
+// checkoutPath is where a Worktree's checkout lives in its volume.
+func checkoutPath(mode agentsv1alpha1.WorkspaceMode, worktree string) string {
+	if mode == agentsv1alpha1.WorkspaceClone {
+		return workspaceMount + "/checkout"
+	}
+	return workspaceMount + "/worktrees/" + worktree
+}
+
+// Requeue delays.
+const (
+	minRequeue = 5 * time.Second
+	forgeRetry = 30 * time.Second
+)
+
+// timeUntil is the time from now to t (negative when t passed).
+func timeUntil(t time.Time) time.Duration { return time.Until(t) }
+
+// managedLabels are the labels every child carries; the manager's caches select on them.
+func managedLabels(project string) map[string]string {
+	return map[string]string{
+		agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByValue,
+		agentsv1alpha1.LabelProject:   project,
+	}
+}

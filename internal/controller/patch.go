@@ -1,0 +1,126 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	corev1 "k8s.io/api/core/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// statusObject is a Shepherd object with a status subresource.
+type statusObject interface {
+	client.Object
+}
+
+// patchStatus writes obj's status once, as a merge patch against orig, and only when it changed:
+// an unchanged reconcile costs no API write.
+func patchStatus(ctx context.Context, c client.Client, orig, obj statusObject) error {
+	if equality.Semantic.DeepEqual(statusOf(orig), statusOf(obj)) {
+		return nil
+	}
+	if err := c.Status().Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	return nil
+}
+
+func statusOf(o client.Object) any {
+	switch v := o.(type) {
+	case *agentsv1alpha1.Project:
+		return v.Status
+	case *agentsv1alpha1.Worktree:
+		return v.Status
+	case *agentsv1alpha1.AgentSession:
+		return v.Status
+	}
+	return o
+}
+
+// emitConditionEvents records an event for each listed condition whose status or reason changed,
+// after the status write that made the change succeeded. The condition's reason is the event's.
+func emitConditionEvents(rec recorder.EventRecorder, before, after []metav1.Condition, obj runtime.Object, types ...string) {
+	if rec == nil {
+		return
+	}
+	for _, t := range types {
+		a := meta.FindStatusCondition(after, t)
+		if a == nil {
+			continue
+		}
+		b := meta.FindStatusCondition(before, t)
+		if b != nil && b.Status == a.Status && b.Reason == a.Reason {
+			continue
+		}
+		if b == nil && a.Status == metav1.ConditionTrue {
+			// The first time a condition is met is not news.
+			continue
+		}
+		kind := corev1.EventTypeNormal
+		if a.Status != metav1.ConditionTrue {
+			kind = corev1.EventTypeWarning
+		}
+		rec.Eventf(obj, nil, kind, a.Reason, t, "%s", a.Message)
+	}
+}
+
+// sessionPhaseChanged passes session events that change what a Project counts: creation,
+// deletion and phase changes; not the many status writes within a phase.
+func sessionPhaseChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*agentsv1alpha1.AgentSession)
+			n, ok2 := e.ObjectNew.(*agentsv1alpha1.AgentSession)
+			return !ok1 || !ok2 || o.Status.Phase != n.Status.Phase || (o.Status.AdmittedTime == nil) != (n.Status.AdmittedTime == nil)
+		},
+	}
+}
+
+// createOrDelete passes only creations and deletions.
+func createOrDelete() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
+}
+
+// emitPhaseEvent records a phase change, after the status write that made it.
+func emitPhaseEvent(rec recorder.EventRecorder, obj runtime.Object, before, after string) {
+	if rec == nil || before == after || after == "" {
+		return
+	}
+	rec.Eventf(obj, nil, corev1.EventTypeNormal, "Phase"+after, "Phase", "phase %s → %s", orNone(before), after)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// worktreePhaseChanged passes Worktree creations, deletions and phase changes.
+func worktreePhaseChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*agentsv1alpha1.Worktree)
+			n, ok2 := e.ObjectNew.(*agentsv1alpha1.Worktree)
+			return !ok1 || !ok2 || o.Status.Phase != n.Status.Phase || o.Generation != n.Generation
+		},
+	}
+}
+
+// findCondition returns the condition of type t, or nil.
+func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
+	return meta.FindStatusCondition(conds, t)
+}
+
+// klogRef names an object in logs as namespace/name.
+func klogRef(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }

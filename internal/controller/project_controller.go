@@ -1,0 +1,324 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+)
+
+// +kubebuilder:rbac:groups=agents.shepherd.dev,resources=projects/finalizers,verbs=update
+// +kubebuilder:rbac:groups=core,resources=serviceaccounts;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=core,resources=secrets,verbs=get;list;watch
+
+// ProjectReconciler checks a Project's credentials and repository, keeps the children its
+// sessions share (the agent ServiceAccount, the workspace volume with the mirror, the egress
+// policy), and counts its sessions.
+type ProjectReconciler struct {
+	*Deps
+
+	accessMu sync.Mutex
+	access   map[types.UID]accessCheck
+}
+
+// accessCheck remembers the last repository check, so that reconciles caused by session changes
+// don't spend the forge's rate limit. It is a cache, not state: a restart checks again.
+type accessCheck struct {
+	generation int64
+	conn       *scm.Connection
+	at         time.Time
+	info       scm.RepoInfo
+	err        error
+}
+
+// projectScope is what one Project reconcile observed.
+type projectScope struct {
+	project  *agentsv1alpha1.Project
+	counts   agentsv1alpha1.SessionCounts
+	credErr  error
+	checked  bool
+	access   scm.RepoInfo
+	accErr   error
+	volume   *corev1.PersistentVolumeClaim
+	requeue  time.Duration
+	accessAt time.Time
+	routes   []agentsv1alpha1.NotificationRouteStatus
+}
+
+// Reconcile follows the fixed shape: get, patch status once in a defer, then ordered steps that
+// stop at the first error.
+func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	p := &agentsv1alpha1.Project{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		// Children carry owner references; garbage collection removes them.
+		return ctrl.Result{}, nil
+	}
+	orig := p.DeepCopy()
+	s := &projectScope{project: p}
+	var recErr error
+	defer func() {
+		if r.Deliveries != nil && p.Spec.Notifications != nil {
+			s.routes = r.Deliveries.routeStatus(p.Namespace, p.Name, p.Spec.Notifications.Routes)
+		}
+		setProjectStatus(p, s, recErr)
+		if err := patchStatus(ctx, r.Client, orig, p); err != nil {
+			retErr = errors.Join(recErr, err)
+			return
+		}
+		emitConditionEvents(r.Recorder, orig.Status.Conditions, p.Status.Conditions, p,
+			agentsv1alpha1.ConditionCredentialsValid, agentsv1alpha1.ConditionRepositoryReachable)
+		res, retErr = result(recErr, s.requeue)
+	}()
+
+	steps := []func(context.Context, *projectScope) error{
+		r.observeSessions,
+		r.reconcileAccess,
+		r.reconcileServiceAccount,
+		r.reconcileWorkspaceVolume,
+		r.reconcileEgressPolicy,
+	}
+	for _, step := range steps {
+		if recErr = step(ctx, s); recErr != nil {
+			break
+		}
+	}
+	return res, retErr
+}
+
+func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope) error {
+	var list agentsv1alpha1.AgentSessionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.project.Namespace), client.MatchingFields{indexProject: s.project.Name}); err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	s.counts = countSessions(list.Items)
+	return nil
+}
+
+// reconcileAccess reads the credentials and checks the repository, at most once per
+// AccessCheckInterval unless the spec or the credentials changed.
+func (r *ProjectReconciler) reconcileAccess(ctx context.Context, s *projectScope) error {
+	f, err := r.connectForge(ctx, s.project)
+	if err != nil {
+		s.credErr = err
+		return err
+	}
+	interval := r.Options.AccessCheckInterval
+	if interval == 0 {
+		interval = 5 * time.Minute
+	}
+	r.accessMu.Lock()
+	prev, ok := r.access[s.project.UID]
+	r.accessMu.Unlock()
+	now := r.now()
+	if !ok || prev.generation != s.project.Generation || prev.conn != f.Conn || now.Sub(prev.at) >= interval || prev.err != nil && now.Sub(prev.at) >= forgeRetry {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		info, err := f.Conn.Provider.CheckAccess(cctx, f.Repo)
+		cancel()
+		prev = accessCheck{generation: s.project.Generation, conn: f.Conn, at: now, info: info, err: err}
+		r.accessMu.Lock()
+		if r.access == nil {
+			r.access = map[types.UID]accessCheck{}
+		}
+		r.access[s.project.UID] = prev
+		r.accessMu.Unlock()
+	}
+	s.checked, s.access, s.accErr, s.accessAt = true, prev.info, prev.err, prev.at
+	s.requeue = interval - now.Sub(prev.at)
+	return forgeError(prev.err, "check repository "+f.Repo.String())
+}
+
+func (r *ProjectReconciler) reconcileServiceAccount(ctx context.Context, s *projectScope) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agentServiceAccountName(s.project.Name), Namespace: s.project.Namespace}}
+	_, err := controllerutil.CreateOrPatch(ctx, r.Client, sa, func() error {
+		sa.Labels = mergeLabels(sa.Labels, managedLabels(s.project.Name), map[string]string{agentsv1alpha1.LabelComponent: componentAgent})
+		// Agent pods get no API token: they prove themselves to the manager with a projected
+		// token of another audience, which the API server does not accept.
+		sa.AutomountServiceAccountToken = ptrTo(false)
+		return controllerutil.SetControllerReference(s.project, sa, r.Scheme)
+	})
+	if err != nil {
+		return fmt.Errorf("ensure agent ServiceAccount: %w", err)
+	}
+	return nil
+}
+
+// reconcileWorkspaceVolume keeps the volume that holds the mirror and the worktrees in worktree
+// mode. In clone mode every Worktree has its own volume, and the Project needs none.
+func (r *ProjectReconciler) reconcileWorkspaceVolume(ctx context.Context, s *projectScope) error {
+	p := s.project
+	if p.Spec.Workspace.Mode == agentsv1alpha1.WorkspaceClone {
+		return nil
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: workspaceClaimName(p.Name), Namespace: p.Namespace}}
+	_, err := controllerutil.CreateOrPatch(ctx, r.Client, pvc, func() error {
+		pvc.Labels = mergeLabels(pvc.Labels, managedLabels(p.Name), map[string]string{agentsv1alpha1.LabelComponent: componentVolume})
+		if pvc.CreationTimestamp.IsZero() {
+			// A claim's spec is immutable once created (only the size may grow).
+			pvc.Spec = claimSpec(p.Spec.Workspace.Storage, nil)
+		} else if want := claimSize(p.Spec.Workspace.Storage, nil); want.Cmp(pvc.Spec.Resources.Requests[corev1.ResourceStorage]) > 0 {
+			pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
+		}
+		return controllerutil.SetControllerReference(p, pvc, r.Scheme)
+	})
+	if err != nil {
+		return fmt.Errorf("ensure workspace volume: %w", err)
+	}
+	s.volume = pvc
+	return nil
+}
+
+// reconcileEgressPolicy restricts agent pods' egress when spec.network.egress is set: DNS, the
+// listed networks, and nothing else.
+func (r *ProjectReconciler) reconcileEgressPolicy(ctx context.Context, s *projectScope) error {
+	p := s.project
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: egressPolicyName(p.Name), Namespace: p.Namespace}}
+	if p.Spec.Network == nil || p.Spec.Network.Egress == nil {
+		if err := r.Client.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete egress policy: %w", err)
+		}
+		return nil
+	}
+	_, err := controllerutil.CreateOrPatch(ctx, r.Client, np, func() error {
+		np.Labels = mergeLabels(np.Labels, managedLabels(p.Name))
+		np.Spec = egressPolicySpec(p)
+		return controllerutil.SetControllerReference(p, np, r.Scheme)
+	})
+	if err != nil {
+		return fmt.Errorf("ensure egress policy: %w", err)
+	}
+	return nil
+}
+
+// egressPolicySpec allows DNS and the Project's allowlist from its agent pods.
+func egressPolicySpec(p *agentsv1alpha1.Project) networkingv1.NetworkPolicySpec {
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	dns := intstr.FromInt32(53)
+	rules := []networkingv1.NetworkPolicyEgressRule{{
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
+	}}
+	for _, a := range p.Spec.Network.Egress.Allow {
+		rule := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: a.CIDR}}}}
+		for _, port := range a.Ports {
+			pp := intstr.FromInt32(port)
+			rule.Ports = append(rule.Ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &pp})
+		}
+		rules = append(rules, rule)
+	}
+	return networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{
+			agentsv1alpha1.LabelProject: p.Name, agentsv1alpha1.LabelComponent: componentAgent,
+		}},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+		Egress:      rules,
+	}
+}
+
+// claimSpec is a PersistentVolumeClaim spec from a Project's storage with an override.
+func claimSpec(storage, override *agentsv1alpha1.StorageSpec) corev1.PersistentVolumeClaimSpec {
+	st := mergeStorage(storage, override)
+	mode := corev1.ReadWriteOnce
+	if st.AccessMode != "" {
+		mode = corev1.PersistentVolumeAccessMode(st.AccessMode)
+	}
+	return corev1.PersistentVolumeClaimSpec{
+		AccessModes:      []corev1.PersistentVolumeAccessMode{mode},
+		StorageClassName: st.StorageClassName,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceStorage: claimSize(storage, override),
+		}},
+	}
+}
+
+// defaultClaimSize is the size of a checkout or workspace volume when the Project sets none.
+var defaultClaimSize = resource.MustParse("10Gi")
+
+func claimSize(storage, override *agentsv1alpha1.StorageSpec) resource.Quantity {
+	st := mergeStorage(storage, override)
+	if st.Size != nil {
+		return st.Size.DeepCopy()
+	}
+	return defaultClaimSize.DeepCopy()
+}
+
+func mergeStorage(base, override *agentsv1alpha1.StorageSpec) agentsv1alpha1.StorageSpec {
+	var out agentsv1alpha1.StorageSpec
+	for _, s := range []*agentsv1alpha1.StorageSpec{base, override} {
+		if s == nil {
+			continue
+		}
+		if s.StorageClassName != nil {
+			out.StorageClassName = s.StorageClassName
+		}
+		if s.Size != nil {
+			out.Size = s.Size
+		}
+		if s.AccessMode != "" {
+			out.AccessMode = s.AccessMode
+		}
+	}
+	return out
+}
+
+// SetupWithManager watches Projects, their children, their sessions (for counts) and the Secrets
+// they reference (metadata only).
+func (r *ProjectReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&agentsv1alpha1.Project{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name}}}
+		}), builder.WithPredicates(sessionPhaseChanged())).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.projectsForSecret), builder.OnlyMetadata).
+		Named("project").
+		Complete(r)
+}
+
+// projectsForSecret maps a Secret to the Projects that reference it.
+func (r *ProjectReconciler) projectsForSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	var list agentsv1alpha1.ProjectList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecret: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List Projects for Secret", "secret", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, p := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+	}
+	return out
+}
+
+func mergeLabels(maps ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,143 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+)
+
+// SessionReport is what the runners of one session reported, merged: each report changes only
+// the fields it carries. It lives in memory: a manager restart loses it until the runner's next
+// heartbeat (every 30s, a full snapshot), and everything that must survive a restart is copied
+// into the session's status by the reconcile it triggers.
+type SessionReport struct {
+	// PodUID is the pod the latest report came from; a report from another pod starts afresh.
+	PodUID   types.UID
+	Received time.Time
+	Activity *runnerapi.ActivityReport
+	Agent    runnerapi.AgentReport
+	Summary  string
+	Usage    *runnerapi.Usage
+	// Workspace facts of the session's Worktree.
+	Workspace *runnerapi.WorkspaceReport
+	Push      *runnerapi.PushReport
+	// PullRequest is the pull request the runner asked the manager to open.
+	PullRequest *runnerapi.PullRequestResult
+	// Worktree is the Worktree the pod uses.
+	Worktree string
+}
+
+// ReportStore keeps the latest report of every session and wakes its reconcile.
+type ReportStore struct {
+	mu        sync.Mutex
+	bySession map[types.NamespacedName]*SessionReport
+	// OnChange is called (outside the lock) after a session's report changed.
+	OnChange func(types.NamespacedName)
+}
+
+// NewReportStore returns an empty store.
+func NewReportStore() *ReportStore {
+	return &ReportStore{bySession: map[types.NamespacedName]*SessionReport{}}
+}
+
+// Update merges r into the session's report.
+func (s *ReportStore) Update(key types.NamespacedName, pod types.UID, worktree string, received time.Time, r runnerapi.Report) {
+	s.mu.Lock()
+	cur := s.bySession[key]
+	if cur == nil || cur.PodUID != pod {
+		prev := cur
+		cur = &SessionReport{PodUID: pod}
+		if prev != nil {
+			// A new pod of the same session keeps the pull request the old one opened.
+			cur.PullRequest = prev.PullRequest
+		}
+		s.bySession[key] = cur
+	}
+	cur.Received, cur.Worktree = received, worktree
+	if r.Activity != nil {
+		a := *r.Activity
+		cur.Activity = &a
+	}
+	if r.Agent != nil {
+		if r.Agent.SessionID != "" {
+			cur.Agent.SessionID = r.Agent.SessionID
+		}
+		if r.Agent.Model != "" {
+			cur.Agent.Model = r.Agent.Model
+		}
+	}
+	if r.Summary != "" {
+		cur.Summary = r.Summary
+	}
+	if r.Usage != nil {
+		u := *r.Usage
+		cur.Usage = &u
+	}
+	if r.Workspace != nil {
+		w := *r.Workspace
+		cur.Workspace = &w
+	}
+	if r.Push != nil {
+		p := *r.Push
+		cur.Push = &p
+	}
+	s.mu.Unlock()
+	if s.OnChange != nil {
+		s.OnChange(key)
+	}
+}
+
+// SetPullRequest records the pull request opened for the session.
+func (s *ReportStore) SetPullRequest(key types.NamespacedName, pr runnerapi.PullRequestResult) {
+	s.mu.Lock()
+	cur := s.bySession[key]
+	if cur == nil {
+		cur = &SessionReport{}
+		s.bySession[key] = cur
+	}
+	p := pr
+	cur.PullRequest = &p
+	s.mu.Unlock()
+	if s.OnChange != nil {
+		s.OnChange(key)
+	}
+}
+
+// Get returns a copy of the session's report.
+func (s *ReportStore) Get(key types.NamespacedName) (SessionReport, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.bySession[key]
+	if !ok {
+		return SessionReport{}, false
+	}
+	return *cur, true
+}
+
+// Forget drops a session's report (the session was deleted).
+func (s *ReportStore) Forget(key types.NamespacedName) {
+	s.mu.Lock()
+	delete(s.bySession, key)
+	s.mu.Unlock()
+}
+
+// Worktree returns the most recent workspace facts any session reported for a Worktree.
+func (s *ReportStore) Worktree(namespace, name string) (*runnerapi.WorkspaceReport, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var best *runnerapi.WorkspaceReport
+	var at time.Time
+	for k, r := range s.bySession {
+		if k.Namespace != namespace || r.Worktree != name || r.Workspace == nil {
+			continue
+		}
+		if best == nil || r.Received.After(at) {
+			w := *r.Workspace
+			best, at = &w, r.Received
+		}
+	}
+	return best, at
+}

@@ -1,0 +1,302 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
+)
+
+// RunnerBackend answers the runners' calls on the manager's channel (internal/runnerapi does the
+// authentication and maps each caller to its own session). Reports go to the in-memory
+// ReportStore and wake the session's reconcile; message acknowledgements are written to the
+// session's status at once, so that a restart never delivers a message twice.
+type RunnerBackend struct {
+	*Deps
+}
+
+var _ runnerapi.Backend = (*RunnerBackend)(nil)
+
+func (b *RunnerBackend) load(ctx context.Context, s runnerapi.Session) (*agentsv1alpha1.AgentSession, *agentsv1alpha1.Project, error) {
+	sess := &agentsv1alpha1.AgentSession{}
+	if err := b.Client.Get(ctx, s.NamespacedName, sess); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("session %s: %w", s.NamespacedName, runnerapi.ErrNotFound)
+		}
+		return nil, nil, fmt.Errorf("get session: %w", err)
+	}
+	p := &agentsv1alpha1.Project{}
+	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: sess.Namespace, Name: sess.Spec.ProjectRef.Name}, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("project %s: %w", sess.Spec.ProjectRef.Name, runnerapi.ErrNotFound)
+		}
+		return nil, nil, fmt.Errorf("get project: %w", err)
+	}
+	return sess, p, nil
+}
+
+// Task is the session's task: the prompt (rendered from the issue when there is one), the agent
+// settings and what a restored runner needs to resume.
+func (b *RunnerBackend) Task(ctx context.Context, s runnerapi.Session) (*runnerapi.Task, error) {
+	sess, p, err := b.load(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	agent := mergeAgent(p.Spec.Agent, sess.Spec.Agent)
+	t := &runnerapi.Task{
+		Agent: runnerapi.AgentConfig{
+			Type: agent.Type, Model: agent.Model, PermissionMode: agent.PermissionMode,
+			ExtraArgs: agent.ExtraArgs, ExtraInstructions: agent.ExtraInstructions,
+		},
+		Prompt:         sess.Spec.Prompt,
+		Title:          sess.Spec.Title,
+		Repository:     string(p.Spec.Repository.URL),
+		Branch:         sess.Status.Branch,
+		BaseBranch:     string(p.Spec.Repository.DefaultBranch),
+		AgentSessionID: sess.Status.Agent.SessionID,
+	}
+	if t.Agent.PermissionMode == "" {
+		t.Agent.PermissionMode = agentsv1alpha1.PermissionBypass
+	}
+	if a := sess.Status.Activity; a != nil {
+		t.LastActivity = a.State
+	}
+	if u := sess.Status.Usage; u != nil {
+		t.Usage = runnerapi.Usage{CostUSD: u.CostUSD, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, Turns: u.Turns}
+	}
+	if pr := sess.Status.PullRequest; pr != nil {
+		t.PullRequest = &runnerapi.PullRequestResult{Number: pr.Number, URL: pr.URL}
+	}
+	if sess.Spec.Issue != "" {
+		if err := b.issueTask(ctx, sess, p, t); err != nil {
+			return nil, err
+		}
+	}
+	if t.Title == "" {
+		t.Title = firstLine(t.Prompt, 120)
+	}
+	return t, nil
+}
+
+func (b *RunnerBackend) issueTask(ctx context.Context, sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Project, t *runnerapi.Task) error {
+	f, err := b.connectForge(ctx, p)
+	if err != nil {
+		return fmt.Errorf("connect to the forge: %w", err)
+	}
+	tr, err := b.connectTracker(ctx, p, f)
+	if err != nil {
+		return fmt.Errorf("connect to the tracker: %w", err)
+	}
+	if tr == nil {
+		return fmt.Errorf("project %s has no tracker: %w", p.Name, runnerapi.ErrInvalid)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	issue, err := tr.GetIssue(cctx, strings.TrimPrefix(sess.Spec.Issue, "#"))
+	if err != nil {
+		return fmt.Errorf("read issue %s: %w", sess.Spec.Issue, err)
+	}
+	repo, _ := scm.ParseRepoURL(string(p.Spec.Repository.URL))
+	tmpl := tracker.DefaultPromptTemplate
+	if p.Spec.Tracker != nil && p.Spec.Tracker.PromptTemplate != "" {
+		tmpl = p.Spec.Tracker.PromptTemplate
+	}
+	prompt, err := tracker.RenderPrompt(tmpl, tracker.NewPromptData(issue, tracker.PromptProject{
+		Name: p.Name, Namespace: p.Namespace, Repository: repo.String(), DefaultBranch: string(p.Spec.Repository.DefaultBranch),
+	}, sess.Status.Branch))
+	if err != nil {
+		return fmt.Errorf("render the Project's prompt template: %w", err)
+	}
+	t.Prompt = prompt
+	t.Issue = &runnerapi.Issue{ID: issue.ID, URL: issue.URL, Title: issue.Title}
+	if t.Title == "" {
+		t.Title = issue.Title
+	}
+	return nil
+}
+
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > n {
+		s = s[:n]
+	}
+	return s
+}
+
+// Report stores the runner's report and wakes the session.
+func (b *RunnerBackend) Report(_ context.Context, s runnerapi.Session, r runnerapi.Report) error {
+	b.Reports.Update(s.NamespacedName, s.PodUID, s.Worktree, b.now(), r)
+	return nil
+}
+
+// Pending lists the messages queued for the agent and not yet acknowledged, oldest first.
+func (b *RunnerBackend) Pending(ctx context.Context, s runnerapi.Session) ([]runnerapi.Message, error) {
+	sess := &agentsv1alpha1.AgentSession{}
+	if err := b.Client.Get(ctx, s.NamespacedName, sess); err != nil {
+		return nil, fmt.Errorf("get session: %w", err)
+	}
+	return pendingMessages(sess), nil
+}
+
+// pendingMessages resolves the outbox: user messages take their text from the spec. Pure.
+func pendingMessages(sess *agentsv1alpha1.AgentSession) []runnerapi.Message {
+	out := []runnerapi.Message{}
+	for _, m := range sess.Status.Messages.Pending {
+		if slices.Contains(sess.Status.Messages.Delivered, m.ID) {
+			continue
+		}
+		text := m.Text
+		if m.Source == agentsv1alpha1.MessageFromUser {
+			for _, sm := range sess.Spec.Messages {
+				if sm.ID == m.ID {
+					text = sm.Text
+				}
+			}
+		}
+		if text == "" {
+			continue
+		}
+		out = append(out, runnerapi.Message{ID: m.ID, Text: text, Source: m.Source})
+	}
+	return out
+}
+
+// maxDelivered is the API's bound on status.messages.delivered.
+const maxDelivered = 256
+
+// Ack moves a message from pending to delivered in the session's status, at once.
+func (b *RunnerBackend) Ack(ctx context.Context, s runnerapi.Session, id string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sess := &agentsv1alpha1.AgentSession{}
+		if err := b.APIReader.Get(ctx, s.NamespacedName, sess); err != nil {
+			return fmt.Errorf("get session: %w", err)
+		}
+		if err := ackMessage(&sess.Status.Messages, sess.Spec.Messages, id); err != nil {
+			return err
+		}
+		return b.Client.Status().Update(ctx, sess)
+	})
+	if err != nil {
+		return err
+	}
+	if b.Reports.OnChange != nil {
+		b.Reports.OnChange(s.NamespacedName)
+	}
+	return nil
+}
+
+// ackMessage records the delivery of id. Pure. Spec message ids are never pruned from the
+// delivered list (that would queue them again); reaction ids, which the lifecycle never queues
+// twice, go first when the list is full.
+func ackMessage(m *agentsv1alpha1.MessagesStatus, spec []agentsv1alpha1.Message, id string) error {
+	if slices.Contains(m.Delivered, id) {
+		return fmt.Errorf("message %q was already acknowledged: %w", id, runnerapi.ErrConflict)
+	}
+	i := slices.IndexFunc(m.Pending, func(p agentsv1alpha1.OutboxMessage) bool { return p.ID == id })
+	if i < 0 {
+		return fmt.Errorf("message %q is not pending: %w", id, runnerapi.ErrNotFound)
+	}
+	m.Pending = slices.Delete(m.Pending, i, i+1)
+	if len(m.Pending) == 0 {
+		m.Pending = nil
+	}
+	m.Delivered = append(m.Delivered, id)
+	isSpec := func(id string) bool {
+		return slices.ContainsFunc(spec, func(sm agentsv1alpha1.Message) bool { return sm.ID == id })
+	}
+	for len(m.Delivered) > maxDelivered {
+		j := slices.IndexFunc(m.Delivered, func(d string) bool { return !isSpec(d) })
+		if j < 0 {
+			j = 0
+		}
+		m.Delivered = slices.Delete(m.Delivered, j, j+1)
+	}
+	return nil
+}
+
+// OpenPullRequest opens the session's pull request (or returns the open one, retitled) and
+// remembers it for the session's next reconcile.
+func (b *RunnerBackend) OpenPullRequest(ctx context.Context, s runnerapi.Session, req runnerapi.PullRequestRequest) (*runnerapi.PullRequestResult, error) {
+	sess, p, err := b.load(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if sess.Status.Branch != "" && req.Branch != sess.Status.Branch {
+		return nil, fmt.Errorf("branch %q is not the session's (%s): %w", req.Branch, sess.Status.Branch, runnerapi.ErrForbidden)
+	}
+	f, err := b.connectForge(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the forge: %w", err)
+	}
+	base := req.Base
+	if base == "" {
+		base = string(p.Spec.Repository.DefaultBranch)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pr, err := f.Conn.Provider.CreatePullRequest(cctx, f.Repo, scm.NewPullRequest{
+		Head: scm.Head{Branch: req.Branch}, Base: base, Title: req.Title, Body: req.Body,
+	})
+	if err != nil {
+		if errors.Is(err, scm.ErrInvalid) {
+			return nil, fmt.Errorf("the forge refused the pull request: %w: %w", err, runnerapi.ErrInvalid)
+		}
+		return nil, fmt.Errorf("open pull request: %w", err)
+	}
+	res := runnerapi.PullRequestResult{Number: int64(pr.Number), URL: pr.URL, Created: sess.Status.PullRequest == nil}
+	b.Reports.SetPullRequest(s.NamespacedName, res)
+	b.Hub.Notify(scm.Hint{Repo: f.Repo, Event: "pull_request", Numbers: []int{pr.Number}, Branches: []string{req.Branch}})
+	return &res, nil
+}
+
+// PushCredentials returns a credential for the session's repository only.
+func (b *RunnerBackend) PushCredentials(ctx context.Context, s runnerapi.Session, req runnerapi.CredentialRequest) (*runnerapi.Credentials, error) {
+	_, p, err := b.load(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if host := repositoryHost(string(p.Spec.Repository.URL)); host == "" || !strings.EqualFold(host, req.Host) {
+		return nil, fmt.Errorf("host %q is not the session's repository host: %w", req.Host, runnerapi.ErrForbidden)
+	}
+	f, err := b.connectForge(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the forge: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := f.Conn.Provider.PushCredential(cctx, f.Repo)
+	if err != nil {
+		return nil, fmt.Errorf("issue a push credential: %w", err)
+	}
+	return &runnerapi.Credentials{Username: c.Username, Password: c.Password, ExpiresAt: c.ExpiresAt}, nil
+}
+
+// repositoryHost is the host (with port) git talks to for a repository URL.
+func repositoryHost(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		return u.Host
+	}
+	// scp-like user@host:path
+	if at := strings.IndexByte(raw, '@'); at >= 0 {
+		rest := raw[at+1:]
+		if colon := strings.IndexByte(rest, ':'); colon > 0 {
+			return rest[:colon]
+		}
+	}
+	return ""
+}

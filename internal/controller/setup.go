@@ -1,0 +1,208 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/notify"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
+
+	// The forge and tracker adapters register themselves.
+	_ "github.com/shepherd-dev/shepherd/internal/scm/github"
+	_ "github.com/shepherd-dev/shepherd/internal/tracker/github"
+	_ "github.com/shepherd-dev/shepherd/internal/tracker/linear"
+)
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+
+// Config is what Setup needs beyond the manager.
+type Config struct {
+	Options
+	// RunnerBindAddress serves the runner channel (":8090"); "0" disables it.
+	RunnerBindAddress string
+	// WebhookBindAddress serves forge webhooks (":8091"); "0" disables it.
+	WebhookBindAddress string
+	// Now is the clock (tests).
+	Now func() time.Time
+	// PollerOptions tune the forge polling (tests compress time with them).
+	PollerOptions scm.PollerOptions
+	// NotifyPolicy bounds notification retries.
+	NotifyPolicy *notify.Policy
+}
+
+// Setup wires the three reconcilers, the runner channel, the forge hub and webhook receiver, and
+// the notification dispatcher into mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
+	if err := SetupIndexes(ctx, mgr); err != nil {
+		return nil, err
+	}
+	events := make(chan event.GenericEvent, 4096)
+	wake := func(key types.NamespacedName) {
+		ev := event.GenericEvent{Object: &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
+		select {
+		case events <- ev:
+		default:
+			go func() { events <- ev }()
+		}
+	}
+	scmMetrics, err := scm.NewMetrics(metrics.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("register SCM metrics: %w", err)
+	}
+	pollerOpts := cfg.PollerOptions
+	pollerOpts.OnChange = wake
+	hub := scm.NewHub(scm.HubOptions{Metrics: scmMetrics, Poller: pollerOpts, Logger: mgr.GetLogger().WithName("scm")})
+	if err := mgr.Add(hub); err != nil {
+		return nil, fmt.Errorf("add SCM hub: %w", err)
+	}
+	reports := NewReportStore()
+	reports.OnChange = wake
+	deliveries := newDeliveryResults()
+	deliveries.onSession = wake
+	deps := &Deps{
+		Client:     mgr.GetClient(),
+		APIReader:  mgr.GetAPIReader(),
+		Scheme:     mgr.GetScheme(),
+		Recorder:   mgr.GetEventRecorder("shepherd"),
+		Secrets:    &SecretReader{Meta: mgr.GetClient(), API: mgr.GetAPIReader()},
+		Hub:        hub,
+		Reports:    reports,
+		Deliveries: deliveries,
+		Now:        cfg.Now,
+		Options:    cfg.Options,
+	}
+	policy := notify.DefaultPolicy
+	if cfg.NotifyPolicy != nil {
+		policy = *cfg.NotifyPolicy
+	}
+	deps.Notifier = notify.NewDispatcher(4, 1024, policy, func(res notify.Result) {
+		deliveries.record(res.Job.Notification.Project, res)
+		if res.Err != nil {
+			mgr.GetLogger().WithName("notify").Error(res.Err, "Notification not delivered", "route", res.Job.Route, "id", res.Job.Notification.ID)
+		}
+	})
+	if err := mgr.Add(deps.Notifier); err != nil {
+		return nil, fmt.Errorf("add notification dispatcher: %w", err)
+	}
+
+	var handler *runnerapi.Handler
+	if cfg.RunnerBindAddress != "" && cfg.RunnerBindAddress != "0" {
+		handler, err = runnerapi.NewHandler(runnerapi.HandlerOptions{
+			Backend:  &RunnerBackend{Deps: deps},
+			Reviewer: runnerapi.NewTokenReviewer(mgr.GetClient()),
+			Pods:     mgr.GetClient(),
+			Log:      mgr.GetLogger().WithName("runnerapi"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("runner channel: %w", err)
+		}
+		if err := mgr.Add(&httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: handler}); err != nil {
+			return nil, fmt.Errorf("add runner channel: %w", err)
+		}
+	}
+	if cfg.WebhookBindAddress != "" && cfg.WebhookBindAddress != "0" {
+		wh, err := webhook.NewHandler(webhook.Options{
+			Secret:  webhookSecrets(ctx, deps),
+			OnHint:  hub.Notify,
+			Metrics: scmMetrics,
+			Logger:  mgr.GetLogger().WithName("webhook"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("webhook receiver: %w", err)
+		}
+		if err := mgr.Add(&httpServer{name: "webhook receiver", addr: cfg.WebhookBindAddress, handler: wh}); err != nil {
+			return nil, fmt.Errorf("add webhook receiver: %w", err)
+		}
+	}
+
+	sessions := &AgentSessionReconciler{Deps: deps, Events: events}
+	if handler != nil {
+		sessions.Wake = handler.Wake
+	}
+	if err := (&ProjectReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the Project controller: %w", err)
+	}
+	if err := (&WorktreeReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the Worktree controller: %w", err)
+	}
+	if err := sessions.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the AgentSession controller: %w", err)
+	}
+	return deps, nil
+}
+
+// webhookSecrets finds a repository's webhook secret among the Projects of that repository
+// (the first, by namespace and name, that sets one).
+func webhookSecrets(ctx context.Context, d *Deps) func(scm.Repo) ([]byte, bool) {
+	return func(repo scm.Repo) ([]byte, bool) {
+		var list agentsv1alpha1.ProjectList
+		if err := d.Client.List(ctx, &list, client.MatchingFields{indexRepository: repo.String()}); err != nil {
+			return nil, false
+		}
+		sort.Slice(list.Items, func(i, j int) bool {
+			a, b := list.Items[i], list.Items[j]
+			return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+		})
+		for i := range list.Items {
+			p := &list.Items[i]
+			if p.Spec.SCM.WebhookSecretRef == nil {
+				continue
+			}
+			if v, err := d.Secrets.Key(ctx, p.Namespace, *p.Spec.SCM.WebhookSecretRef, "spec.scm.webhookSecretRef"); err == nil {
+				return v, true
+			}
+		}
+		return nil, false
+	}
+}
+
+// httpServer serves a handler on the leader only: runner reports and webhooks feed the
+// reconcilers' in-memory state, which only the leader's reconcilers read. A standby refuses the
+// connection and the runner retries; forges redeliver failed webhooks and polling catches up.
+type httpServer struct {
+	name    string
+	addr    string
+	handler http.Handler
+}
+
+var _ manager.LeaderElectionRunnable = (*httpServer)(nil)
+
+func (s *httpServer) NeedLeaderElection() bool { return true }
+
+func (s *httpServer) Start(ctx context.Context) error {
+	l, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("%s: listen on %s: %w", s.name, s.addr, err)
+	}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	ctrl.Log.WithName(s.name).Info("Serving", "address", l.Addr().String())
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("%s: %w", s.name, err)
+	}
+}

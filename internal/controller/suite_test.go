@@ -1,0 +1,181 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/controller"
+	"github.com/shepherd-dev/shepherd/internal/notify"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/test/fakegithub"
+)
+
+// The suite runs the whole manager (the three reconcilers, the runner channel, the webhook
+// receiver, the forge hub and the notifier) against a real kube-apiserver, with the in-repo fake
+// GitHub as the forge. There is no kubelet: tests play it by writing pod status, and play the
+// runner through the real channel with real pod-bound tokens.
+
+var (
+	testEnv   *envtest.Environment
+	cfg       *rest.Config
+	k8sClient client.Client
+	clientset *kubernetes.Clientset
+	gh        *fakegithub.Server
+	mgr       *managerUnderTest
+
+	webhookSecret = []byte("webhook-secret")
+	ghToken       = "ghp_shepherdtest"
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controllers suite")
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	Expect(agentsv1alpha1.AddToScheme(clientgoscheme.Scheme)).To(Succeed())
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	var err error
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred(), "start envtest: run through `make test`, which builds the assets and sets KUBEBUILDER_ASSETS")
+	k8sClient, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	clientset, err = kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+
+	webhookAddr := freeAddr()
+	gh, err = fakegithub.New(fakegithub.Options{
+		Dir:           GinkgoT().TempDir(),
+		WebhookURL:    "http://" + webhookAddr + "/",
+		WebhookSecret: webhookSecret,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(gh.Start("127.0.0.1:0")).To(Succeed())
+	gh.AddToken(ghToken, "shepherd-bot")
+	gh.AddToken("ghp_reviewer", "reviewer")
+
+	mgr = &managerUnderTest{runnerAddr: freeAddr(), webhookAddr: webhookAddr}
+	mgr.start()
+})
+
+var _ = AfterSuite(func() {
+	if mgr != nil {
+		mgr.stop()
+	}
+	if gh != nil {
+		_ = gh.Close()
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// managerUnderTest is the manager, restartable: tests stop it in the middle of a lifecycle to
+// show that nothing is lost or repeated.
+type managerUnderTest struct {
+	runnerAddr, webhookAddr string
+	cancel                  context.CancelFunc
+	done                    chan struct{}
+	deps                    *controller.Deps
+}
+
+func (m *managerUnderTest) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel, m.done = cancel, make(chan struct{})
+	k8sMgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 clientgoscheme.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             ctrlConfig(),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	policy := notify.DefaultPolicy
+	policy.InitialBackoff, policy.MaxBackoff = 50*time.Millisecond, 200*time.Millisecond
+	m.deps, err = controller.Setup(ctx, k8sMgr, controller.Config{
+		Options: controller.Options{
+			RunnerImage:         "shepherd-runner:test",
+			AgentImages:         map[agentsv1alpha1.AgentType]string{agentsv1alpha1.AgentClaudeCode: "shepherd-agent-claude-code:test"},
+			RunnerURL:           "http://" + m.runnerAddr,
+			AccessCheckInterval: time.Minute,
+		},
+		RunnerBindAddress:  m.runnerAddr,
+		WebhookBindAddress: m.webhookAddr,
+		PollerOptions:      scm.PollerOptions{MaxAge: 2 * time.Second, HintDelay: 50 * time.Millisecond, HintInterval: 100 * time.Millisecond},
+		NotifyPolicy:       &policy,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	go func() {
+		defer GinkgoRecover()
+		defer close(m.done)
+		Expect(k8sMgr.Start(ctx)).To(Succeed())
+	}()
+	// The runner channel listens once the manager runs.
+	Eventually(func() error {
+		c, err := net.Dial("tcp", m.runnerAddr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}).WithTimeout(20 * time.Second).Should(Succeed())
+}
+
+func (m *managerUnderTest) stop() {
+	m.cancel()
+	Eventually(m.done).WithTimeout(30 * time.Second).Should(BeClosed())
+}
+
+// newNamespace makes a namespace for one test.
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ctrl-"}}
+	Expect(k8sClient.Create(context.Background(), ns)).To(Succeed())
+	return ns.Name
+}
+
+// newRepo makes a repository on the fake GitHub, with a token Secret in ns.
+func newRepo(ns string) (full string) {
+	full = fmt.Sprintf("acme/%s", ns)
+	_, err := gh.CreateRepo(full, "main", map[string]string{"README.md": "# widgets\n", "main.go": "package main\n"})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8sClient.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "github"},
+		StringData: map[string]string{"token": ghToken, "webhook": string(webhookSecret)},
+	})).To(Succeed())
+	return full
+}
+

@@ -1,0 +1,427 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+)
+
+// +kubebuilder:rbac:groups=agents.shepherd.dev,resources=worktrees,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=agents.shepherd.dev,resources=worktrees/finalizers,verbs=update
+// +kubebuilder:rbac:groups=core,resources=pods,verbs=get;list;watch;create;update;patch;delete
+
+// WorktreeReconciler gives each Worktree a usable checkout (or removes it when Absent), reports
+// what is in it, and protects unpushed work from deletion.
+//
+// Who makes the checkout: while a session's agent pod uses the Worktree, that pod's prepare init
+// container does (it runs in the agent image, with the agent's toolchain for setup commands);
+// otherwise the controller runs a short worktree pod with the same prepare. Both leave their
+// result in the container's termination message, which survives a manager restart.
+type WorktreeReconciler struct {
+	*Deps
+}
+
+// worktreeScope is what one Worktree reconcile observed.
+type worktreeScope struct {
+	wt      *agentsv1alpha1.Worktree
+	project *agentsv1alpha1.Project
+	mode    agentsv1alpha1.WorkspaceMode
+	vol     checkoutVolume
+	// volumeFound is false when the checkout's volume claim does not exist (yet, or any more).
+	volumeFound bool
+	// volumeRecreated is true when the claim had to be made again after the checkout was Ready.
+	volumeRecreated bool
+	bound           []string
+	// sessionPods are the agent pods of sessions using this Worktree.
+	sessionPods []corev1.Pod
+	// wtPod is the Worktree's own prepare/remove pod.
+	wtPod   *corev1.Pod
+	result  checkoutResult
+	hasRes  bool
+	live    *runnerapi.WorkspaceReport
+	liveAt  time.Time
+	removed bool
+	// blocked explains why removal or deletion waits, when it does.
+	blocked       string
+	blockedReason string
+	requeue       time.Duration
+}
+
+// Reconcile follows the fixed shape.
+func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	wt := &agentsv1alpha1.Worktree{}
+	if err := r.Client.Get(ctx, req.NamespacedName, wt); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if wt.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(wt, agentsv1alpha1.WorktreeFinalizer) {
+		patch := client.MergeFrom(wt.DeepCopy())
+		controllerutil.AddFinalizer(wt, agentsv1alpha1.WorktreeFinalizer)
+		if err := r.Client.Patch(ctx, wt, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+	orig := wt.DeepCopy()
+	s := &worktreeScope{wt: wt}
+	var recErr error
+	defer func() {
+		if !wt.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(wt, agentsv1alpha1.WorktreeFinalizer) {
+			return // released: the object is going away
+		}
+		setWorktreeStatus(wt, s, recErr)
+		if err := patchStatus(ctx, r.Client, orig, wt); err != nil {
+			retErr = errors.Join(recErr, client.IgnoreNotFound(err))
+			return
+		}
+		emitConditionEvents(r.Recorder, orig.Status.Conditions, wt.Status.Conditions, wt,
+			agentsv1alpha1.ConditionSetupSucceeded, agentsv1alpha1.ConditionDeletionBlocked)
+		emitPhaseEvent(r.Recorder, wt, string(orig.Status.Phase), string(wt.Status.Phase))
+		res, retErr = result(recErr, s.requeue)
+	}()
+
+	steps := []func(context.Context, *worktreeScope) error{
+		r.resolveProject,
+		r.observe,
+	}
+	if !wt.DeletionTimestamp.IsZero() {
+		steps = append(steps, r.reconcileDelete)
+	} else if wt.Spec.State == agentsv1alpha1.WorktreeAbsent {
+		steps = append(steps, r.reconcileAbsent)
+	} else {
+		steps = append(steps, r.reconcileVolume, r.reconcilePresent)
+	}
+	for _, step := range steps {
+		if recErr = step(ctx, s); recErr != nil {
+			break
+		}
+	}
+	return res, retErr
+}
+
+func (r *WorktreeReconciler) resolveProject(ctx context.Context, s *worktreeScope) error {
+	p := &agentsv1alpha1.Project{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.wt.Namespace, Name: s.wt.Spec.ProjectRef.Name}, p)
+	if apierrors.IsNotFound(err) {
+		if !s.wt.DeletionTimestamp.IsZero() {
+			// Deleting a Worktree whose Project is gone: nothing is left to clean up through it.
+			return nil
+		}
+		return Stalling(agentsv1alpha1.ReasonProjectNotFound, "Project %q not found in namespace %s: create it, or point spec.projectRef at an existing Project", s.wt.Spec.ProjectRef.Name, s.wt.Namespace)
+	}
+	if err != nil {
+		return fmt.Errorf("get Project: %w", err)
+	}
+	s.project = p
+	s.mode = s.wt.Spec.Mode
+	if s.mode == "" {
+		s.mode = s.wt.Status.Mode
+	}
+	if s.mode == "" {
+		s.mode = p.Spec.Workspace.Mode
+	}
+	if s.mode == "" {
+		s.mode = agentsv1alpha1.WorkspaceWorktree
+	}
+	s.vol = worktreeVolume(p.Name, s.wt, s.mode)
+	return nil
+}
+
+// observe reads the sessions bound to the Worktree, the pods that prepare it and the live facts
+// the runners reported.
+func (r *WorktreeReconciler) observe(ctx context.Context, s *worktreeScope) error {
+	var sessions agentsv1alpha1.AgentSessionList
+	if err := r.Client.List(ctx, &sessions, client.InNamespace(s.wt.Namespace), client.MatchingFields{indexWorktree: s.wt.Name}); err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	for _, sess := range sessions.Items {
+		if !sess.DeletionTimestamp.IsZero() {
+			continue
+		}
+		s.bound = append(s.bound, sess.Name)
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(s.wt.Namespace), client.MatchingLabels{agentsv1alpha1.LabelWorktree: s.wt.Name}); err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	for i := range pods.Items {
+		p := pods.Items[i]
+		switch p.Labels[componentLabel] {
+		case componentAgent:
+			s.sessionPods = append(s.sessionPods, p)
+		case componentWorktree:
+			s.wtPod = &p
+		}
+	}
+	s.result, s.hasRes = latestResult(pods.Items)
+	s.live, s.liveAt = r.Reports.Worktree(s.wt.Namespace, s.wt.Name)
+	return nil
+}
+
+// activeSessionPods reports whether a session's agent pod is (or may be) using the checkout.
+func (s *worktreeScope) activeSessionPods() bool {
+	for _, p := range s.sessionPods {
+		if p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcileVolume ensures the claim that holds the checkout: the Worktree's own in clone mode;
+// the Project's workspace volume (made by the Project controller) in worktree mode.
+func (r *WorktreeReconciler) reconcileVolume(ctx context.Context, s *worktreeScope) error {
+	if s.mode == agentsv1alpha1.WorkspaceWorktree {
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.wt.Namespace, Name: s.vol.ClaimName}, pvc)
+		if apierrors.IsNotFound(err) {
+			return Waiting(minRequeue, agentsv1alpha1.ReasonCheckoutPending, "waiting for the Project's workspace volume %s", s.vol.ClaimName)
+		}
+		if err != nil {
+			return fmt.Errorf("get workspace volume: %w", err)
+		}
+		s.volumeFound = true
+		return nil
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.wt.Namespace, Name: s.vol.ClaimName}, pvc)
+	switch {
+	case err == nil:
+		s.volumeFound = true
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("get checkout volume: %w", err)
+	}
+	pvc = &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+		Name: s.vol.ClaimName, Namespace: s.wt.Namespace,
+		Labels: mergeLabels(managedLabels(s.project.Name), map[string]string{
+			agentsv1alpha1.LabelWorktree: s.wt.Name, componentLabel: componentVolume,
+		}),
+	}}
+	pvc.Spec = claimSpec(s.project.Spec.Workspace.Storage, s.wt.Spec.Storage)
+	if err := controllerutil.SetControllerReference(s.wt, pvc, r.Scheme); err != nil {
+		return fmt.Errorf("own checkout volume: %w", err)
+	}
+	if err := r.Client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create checkout volume: %w", err)
+	}
+	s.volumeFound = true
+	if s.wt.Status.Phase == agentsv1alpha1.WorktreeReady || s.wt.Status.Phase == agentsv1alpha1.WorktreeMissing {
+		s.volumeRecreated = true
+	}
+	return nil
+}
+
+// reconcilePresent makes sure a checkout exists. A session pod prepares it when one runs;
+// otherwise the Worktree's own pod does, once per generation.
+func (r *WorktreeReconciler) reconcilePresent(ctx context.Context, s *worktreeScope) error {
+	// A remove pod left from an earlier Absent: clear it before preparing again.
+	if s.wtPod != nil && s.wtPod.Annotations[annotationOperation] != operationPrepare {
+		return r.deletePod(ctx, s.wtPod, "the Worktree is Present again")
+	}
+	if s.activeSessionPods() {
+		// The session's pod prepares the checkout; its result lands in its init container.
+		return nil
+	}
+	if s.hasRes && !s.volumeRecreated && (s.result.OK || s.result.current(s.wt)) {
+		return nil // Ready, or a failed prepare of this spec: Failed until the spec changes.
+	}
+	if s.wtPod != nil {
+		if done := s.wtPod.Status.Phase == corev1.PodSucceeded || s.wtPod.Status.Phase == corev1.PodFailed; done {
+			// Finished for another generation or volume: run it again.
+			return r.deletePod(ctx, s.wtPod, "a new prepare is needed")
+		}
+		s.requeue = minRequeue
+		return nil
+	}
+	pod, err := r.worktreePod(s.project, s.wt, s.vol, operationPrepare)
+	if err != nil {
+		return err
+	}
+	if err := controllerutil.SetControllerReference(s.wt, pod, r.Scheme); err != nil {
+		return fmt.Errorf("own worktree pod: %w", err)
+	}
+	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create worktree pod: %w", err)
+	}
+	return nil
+}
+
+// removalGuard refuses to remove a checkout that a session uses or that holds unpushed commits,
+// unless the force-delete annotation is set.
+func (s *worktreeScope) removalGuard(deleting bool) {
+	if s.wt.Annotations[agentsv1alpha1.ForceDeleteAnnotation] == "true" {
+		return
+	}
+	if len(s.bound) > 0 && (deleting || s.activeSessionPods()) {
+		s.blockedReason = agentsv1alpha1.ReasonSessionBound
+		s.blocked = fmt.Sprintf("sessions %v use this Worktree: delete or stop them first, or annotate %s=true to force", s.bound, agentsv1alpha1.ForceDeleteAnnotation)
+		return
+	}
+	if n := s.unpushed(); n > 0 {
+		s.blockedReason = agentsv1alpha1.ReasonUnpushedCommits
+		s.blocked = fmt.Sprintf("the checkout holds %d unpushed commit(s): push them, or annotate %s=true to remove it anyway (they will be lost)", n, agentsv1alpha1.ForceDeleteAnnotation)
+	}
+}
+
+// unpushed is the freshest count of unpushed commits.
+func (s *worktreeScope) unpushed() int32 {
+	if s.live != nil && (!s.hasRes || s.liveAt.After(s.result.Finished)) {
+		return s.live.UnpushedCommits
+	}
+	if s.hasRes && s.result.OK {
+		return int32(s.result.Result.Facts.Unpushed)
+	}
+	return s.wt.Status.UnpushedCommits
+}
+
+// reconcileAbsent removes the checkout and keeps the record and the branch.
+func (r *WorktreeReconciler) reconcileAbsent(ctx context.Context, s *worktreeScope) error {
+	if s.wt.Status.Phase == agentsv1alpha1.WorktreeRemoved {
+		s.removed = true
+		return nil
+	}
+	s.removalGuard(false)
+	if s.blocked != "" {
+		return Stalling(s.blockedReason, "cannot remove the checkout: %s", s.blocked)
+	}
+	done, err := r.removeCheckout(ctx, s)
+	s.removed = done
+	return err
+}
+
+// reconcileDelete removes the checkout, then releases the finalizer.
+func (r *WorktreeReconciler) reconcileDelete(ctx context.Context, s *worktreeScope) error {
+	if !controllerutil.ContainsFinalizer(s.wt, agentsv1alpha1.WorktreeFinalizer) {
+		return nil
+	}
+	s.removalGuard(true)
+	if s.blocked != "" {
+		return Stalling(s.blockedReason, "deletion waits: %s", s.blocked)
+	}
+	if s.project != nil {
+		done, err := r.removeCheckout(ctx, s)
+		if err != nil || !done {
+			return err
+		}
+	}
+	patch := client.MergeFrom(s.wt.DeepCopy())
+	controllerutil.RemoveFinalizer(s.wt, agentsv1alpha1.WorktreeFinalizer)
+	if err := r.Client.Patch(ctx, s.wt, patch); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
+	}
+	return nil
+}
+
+// removeCheckout deletes the clone's volume, or runs the runner's remove in worktree mode (so the
+// mirror forgets the worktree). It reports true once the checkout is gone.
+func (r *WorktreeReconciler) removeCheckout(ctx context.Context, s *worktreeScope) (bool, error) {
+	if s.activeSessionPods() {
+		for i := range s.sessionPods {
+			if err := r.deletePod(ctx, &s.sessionPods[i], "the Worktree is being removed"); err != nil {
+				return false, err
+			}
+		}
+		s.requeue = minRequeue
+		return false, nil
+	}
+	if s.mode == agentsv1alpha1.WorkspaceClone {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: s.vol.ClaimName, Namespace: s.wt.Namespace}}
+		err := r.Client.Delete(ctx, pvc)
+		if apierrors.IsNotFound(err) {
+			if s.wtPod != nil {
+				return false, r.deletePod(ctx, s.wtPod, "the checkout is removed")
+			}
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("delete checkout volume: %w", err)
+		}
+		s.requeue = minRequeue
+		return false, nil
+	}
+	if s.wtPod != nil && s.wtPod.Annotations[annotationOperation] != operationRemove {
+		return false, r.deletePod(ctx, s.wtPod, "the checkout is being removed")
+	}
+	if s.wtPod == nil {
+		pod, err := r.worktreePod(s.project, s.wt, s.vol, operationRemove)
+		if err != nil {
+			return false, err
+		}
+		if err := controllerutil.SetControllerReference(s.wt, pod, r.Scheme); err != nil {
+			return false, fmt.Errorf("own worktree pod: %w", err)
+		}
+		if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("create remove pod: %w", err)
+		}
+		s.requeue = minRequeue
+		return false, nil
+	}
+	switch s.wtPod.Status.Phase {
+	case corev1.PodSucceeded:
+		return true, nil
+	case corev1.PodFailed:
+		msg := "the remove pod failed"
+		if r, ok := prepareResult(s.wtPod, operationRemove, s.wtPod.Status.ContainerStatuses); ok && r.Error != "" {
+			msg = r.Error
+		}
+		return false, Stalling(agentsv1alpha1.ReasonCheckoutFailed, "remove the checkout: %s (see kubectl logs %s)", msg, s.wtPod.Name)
+	}
+	s.requeue = minRequeue
+	return false, nil
+}
+
+func (r *WorktreeReconciler) deletePod(ctx context.Context, pod *corev1.Pod, why string) error {
+	if !pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleting pod", "pod", client.ObjectKeyFromObject(pod), "reason", why)
+	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// SetupWithManager watches Worktrees, their pods and volumes, the sessions that bind them, and
+// their Projects.
+func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&agentsv1alpha1.Worktree{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if wt := o.GetLabels()[agentsv1alpha1.LabelWorktree]; wt != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: wt}}}
+			}
+			return nil
+		})).
+		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: sessionWorktree(o.(*agentsv1alpha1.AgentSession))}}}
+		}), builder.WithPredicates(createOrDelete())).
+		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var list agentsv1alpha1.WorktreeList
+			if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()}); err != nil {
+				return nil
+			}
+			out := make([]reconcile.Request, 0, len(list.Items))
+			for i := range list.Items {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			}
+			return out
+		})).
+		Named("worktree").
+		Complete(r)
+}
