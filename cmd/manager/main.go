@@ -2,12 +2,15 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -16,6 +19,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +30,35 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
 )
+
+// runnerURLFromService reads the Service that exposes the runner channel and returns its
+// cluster-IP URL on the Service port that targets the channel's port.
+func runnerURLFromService(cfg *rest.Config, namespace, name, bind string) (string, error) {
+	if namespace == "" {
+		return "", errors.New("set --runner-url, or run in a pod with POD_NAMESPACE set so the runner Service can be found")
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return "", fmt.Errorf("client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var svc corev1.Service
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &svc); err != nil {
+		return "", fmt.Errorf("read the runner Service %s/%s (or set --runner-url): %w", namespace, name, err)
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
+		return "", fmt.Errorf("the runner Service %s/%s has no cluster IP and port", namespace, name)
+	}
+	_, bindPort, _ := net.SplitHostPort(bind)
+	port := svc.Spec.Ports[0].Port
+	for _, p := range svc.Spec.Ports {
+		if p.TargetPort.String() == bindPort || p.Name == "runner" {
+			port = p.Port
+		}
+	}
+	return fmt.Sprintf("http://%s", net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(port))), nil
+}
 
 // cacheOptions selects what the manager caches: only its own children among pods, volumes,
 // service accounts and network policies (by the managed-by label), so that memory does not grow
@@ -64,6 +97,7 @@ type options struct {
 	runnerAddr      string
 	webhookAddr     string
 	runnerURL       string
+	runnerService   string
 	runnerImage     string
 	agentImages     string
 	imagePullPolicy string
@@ -80,7 +114,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics server (off by default: CVE-2023-44487, rapid reset).")
 	fs.StringVar(&o.runnerAddr, "runner-bind-address", ":8090", "Address the runner channel (agent pods → manager) binds to; \"0\" disables it.")
 	fs.StringVar(&o.webhookAddr, "webhook-bind-address", ":8091", "Address the forge webhook receiver binds to; \"0\" disables it.")
-	fs.StringVar(&o.runnerURL, "runner-url", "http://shepherd-runner.shepherd-system.svc:8090", "URL of the runner channel as agent pods reach it.")
+	fs.StringVar(&o.runnerURL, "runner-url", "", "URL of the runner channel as agent pods reach it; empty derives it from --runner-service.")
+	fs.StringVar(&o.runnerService, "runner-service", "shepherd-runner", "Service (in the manager's namespace, from $POD_NAMESPACE) that exposes the runner channel; its cluster IP becomes the runner URL, so agent pods need no cluster DNS.")
 	fs.StringVar(&o.runnerImage, "runner-image", "shepherd-runner:latest", "Image holding the runner binary, copied into every agent pod.")
 	fs.StringVar(&o.agentImages, "agent-images", "claude-code=shepherd-agent-claude-code:latest,codex=shepherd-agent-codex:latest,opencode=shepherd-agent-opencode:latest,aider=shepherd-agent-aider:latest",
 		"Default image per agent type (type=image, comma-separated), used when neither the session nor the Project names one.")
@@ -152,7 +187,14 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restCfg := ctrl.GetConfigOrDie()
+	if o.runnerURL == "" && o.runnerAddr != "0" {
+		if o.runnerURL, err = runnerURLFromService(restCfg, os.Getenv("POD_NAMESPACE"), o.runnerService, o.runnerAddr); err != nil {
+			return err
+		}
+		log.Info("Runner channel URL derived from its Service", "url", o.runnerURL)
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  o.probeAddr,
