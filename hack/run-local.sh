@@ -4,6 +4,7 @@
 #   2. the manager, runner and test-agent images built without Docker and loaded into containerd;
 #   3. CRDs, RBAC and the manager Deployment from config/default (image shepherd-manager:latest);
 #   4. the samples from config/samples;
+# The cluster's default StorageClass (shepherd-local) provisions the controllers' claims.
 # then it prints what to run next. docs/local-cluster.md explains each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,8 @@ Next:
   kubectl get shepherd -A                                   # Projects, Worktrees, AgentSessions
   kubectl -n shepherd-system logs deploy/shepherd-manager -f   # the manager
   kubectl explain agentsession.spec                          # every field
+  kubectl get storageclass,pvc,pv -A                         # volumes (StorageClass shepherd-local, the default)
+  ls -ln ${KUBECONFIG%/kubeconfig}/volumes/                  # their data on this machine
   make images-local && kubectl -n shepherd-system rollout restart deploy/shepherd-manager   # after a code change
   make cluster-status
   make cluster-down                                          # stop everything

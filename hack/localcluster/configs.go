@@ -37,6 +37,7 @@ func writeKubeconfigs(l layout, server string) error {
 		cProxy:               cProxy,
 		cKubelet:             "kubelet-client",
 		cKwok:                cAdmin,
+		cProvisioner:         cProvisioner,
 	}
 	for name, cert := range users {
 		crt, err := os.ReadFile(l.pki(cert + ".crt"))

@@ -34,7 +34,7 @@ func cmdDown(ctx context.Context, g globals, args []string) error {
 }
 
 // teardown stops everything `up` started and removes the run directory except its logs:
-//  1. KWOK, kube-proxy and the kubelet (so nothing restarts pods);
+//  1. the volume provisioner, KWOK, kube-proxy and the kubelet (so nothing restarts pods);
 //  2. every pod sandbox through CRI, which runs the CNI DEL (veths, IPs, netns mounts, chains);
 //  3. containerd, then any shim or container process left (by socket path and kubepods cgroup);
 //  4. the control plane;
@@ -52,6 +52,9 @@ func teardown(ctx context.Context, l layout) error {
 			logf("stopped %s in %s", name, since(start))
 		}
 	}
+	// The provisioner first: no volume is made or deleted while the rest stops. Its volumes'
+	// directories go with the run directory, after every mount under it is gone.
+	stopComponent(cProvisioner, 5*time.Second)
 	stopComponent(cKwok, 5*time.Second)
 	stopComponent(cProxy, 5*time.Second)
 	stopComponent(cKubelet, 10*time.Second)
@@ -132,7 +135,7 @@ func teardown(ctx context.Context, l layout) error {
 const devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
 
 // clusterBinaries are the executables the cluster runs (by base name).
-var clusterBinaries = []string{cEtcd, cAPIServer, cControllerManager, cScheduler, cKubelet, cProxy, cKwok, cContainerd, "containerd-shim-runc-v2", "containerd-shim"}
+var clusterBinaries = []string{cEtcd, cAPIServer, cControllerManager, cScheduler, cKubelet, cProxy, cKwok, cProvisioner, cContainerd, "containerd-shim-runc-v2", "containerd-shim"}
 
 // clusterProcesses are the live processes of this cluster: one of its binaries (or of only
 // these, when given) with the run directory on its command line (containerd's shims carry the

@@ -17,27 +17,29 @@ const (
 	cKubelet           = "kubelet"
 	cProxy             = "kube-proxy"
 	cKwok              = "kwok"
+	cProvisioner       = "provisioner" // the volume provisioner: this program's `provisioner` command
 	cAdmin             = "admin"
 )
 
 // Fixed network settings of the local cluster.
 const (
-	nodeName       = "shepherd-node"
-	serviceCIDR    = "10.96.0.0/12"
-	kubernetesSvc  = "10.96.0.1" // first address of serviceCIDR: the `kubernetes` Service
-	clusterCIDR    = "10.244.0.0/16"
-	podSubnet      = "10.244.0.0/24" // the real node's pods (host-local IPAM)
-	bridgeName     = "cni0"
-	apiserverPort  = 6443
-	etcdClientPort = 2379
-	etcdPeerPort   = 2380
-	kubeletPort    = 10250
-	kubeletHealthz = 10248
-	proxyMetrics   = 10249
-	proxyHealthz   = 10256
-	cmPort         = 10257
-	schedulerPort  = 10259
-	kwokPort       = 10247
+	nodeName        = "shepherd-node"
+	serviceCIDR     = "10.96.0.0/12"
+	kubernetesSvc   = "10.96.0.1" // first address of serviceCIDR: the `kubernetes` Service
+	clusterCIDR     = "10.244.0.0/16"
+	podSubnet       = "10.244.0.0/24" // the real node's pods (host-local IPAM)
+	bridgeName      = "cni0"
+	apiserverPort   = 6443
+	etcdClientPort  = 2379
+	etcdPeerPort    = 2380
+	kubeletPort     = 10250
+	kubeletHealthz  = 10248
+	proxyMetrics    = 10249
+	proxyHealthz    = 10256
+	cmPort          = 10257
+	schedulerPort   = 10259
+	kwokPort        = 10247
+	provisionerPort = 10246 // the provisioner's /healthz on loopback
 
 	// kwokNodeAnnotation marks the fake nodes KWOK manages; the real node has none.
 	kwokNodeAnnotation = "kwok.x-k8s.io/node"
@@ -75,6 +77,9 @@ func (l layout) kwok(e ...string) string {
 	return l.path(append([]string{cKwok}, e...)...)
 }
 func (l layout) component(c string) string { return l.path("components", c) }
+
+// volumes holds one directory per provisioned PersistentVolume, named after it.
+func (l layout) volumes() string { return l.path("volumes") }
 
 // state records what `up` started, so a second `up` can tell whether the running cluster fits.
 type state struct {

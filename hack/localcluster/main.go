@@ -8,6 +8,7 @@
 //	localcluster status                               each component and the node; exit 1 unless all run
 //	localcluster env                                  prints `export KUBECONFIG=...`
 //	localcluster images [--load] [--only a,b]         build the image archives; --load imports them
+//	localcluster provisioner --kubeconfig F --volumes-dir D   the volume provisioner (`up` starts it)
 //
 // Every component runs detached (its own session) so it outlives this command; its log and pid
 // file live in the run directory, and `down` finds them there.
@@ -33,6 +34,7 @@ commands:
   status   show each component; exit status 1 unless all are running and healthy
   env      print "export KUBECONFIG=..." for the running cluster
   images   build the manager, runner, test-agent and pause images; --load imports them
+  provisioner  the volume provisioner of StorageClass shepherd-local (up starts it)
 
 global flags:
 `
@@ -87,10 +89,15 @@ func run(ctx context.Context, args []string) error {
 		fs.Usage()
 		return usageErr{"missing command"}
 	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if cmd == "provisioner" {
+		// A component of a running cluster: everything it needs comes in its flags, and it runs
+		// outside the source tree.
+		return cmdProvisioner(ctx, rest)
+	}
 	if err := g.defaults(); err != nil {
 		return err
 	}
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	if cmd == "up" || cmd == "down" || cmd == "images" {
 		// One command at a time changes a cluster: a second `up` (make run-local while the e2e
 		// suite starts) waits for the first.

@@ -46,6 +46,8 @@ func clusterCerts(nodeIP net.IP) []certSpec {
 		{file: "controller-manager", cn: "system:kube-controller-manager", client: true},
 		{file: "scheduler", cn: "system:kube-scheduler", client: true},
 		{file: cProxy, cn: "system:kube-proxy", client: true},
+		// The volume provisioner: only the ClusterRole `up` binds to this user (storage.go).
+		{file: cProvisioner, cn: provisionerUser, client: true},
 		// The Node authorizer and NodeRestriction know the kubelet by this name and group.
 		{file: "kubelet-client", cn: "system:node:" + nodeName, orgs: []string{"system:nodes"}, client: true},
 		{file: "kubelet-serving", cn: nodeName, server: true, dns: []string{nodeName, "localhost"}, ips: []net.IP{nodeIP, loop}},

@@ -129,7 +129,7 @@ func bringUp(ctx context.Context, l layout, st *state, binDir string, ip net.IP,
 	if err := os.RemoveAll(l.root); err != nil {
 		return fmt.Errorf("clean the run directory: %w", err)
 	}
-	for _, d := range []string{l.logs(), l.path("pids"), l.etcdData(), l.containerd(), l.cniConfDir(), l.cniIPAMDir(), l.kubelet(), l.podLogs(), l.path("components")} {
+	for _, d := range []string{l.logs(), l.path("pids"), l.etcdData(), l.containerd(), l.cniConfDir(), l.cniIPAMDir(), l.kubelet(), l.podLogs(), l.path("components"), l.volumes()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -196,6 +196,22 @@ func bringUp(ctx context.Context, l layout, st *state, binDir string, ip net.IP,
 	if err := waitFor(ctx, l, apiserver, 120*time.Second, httpProbe(apiClient, server+"/readyz", "ok")); err != nil {
 		return err
 	}
+	cs, err := adminClientset(l)
+	if err != nil {
+		return err
+	}
+	// The StorageClass and the provisioner's RBAC, then the provisioner (it needs only the API).
+	if err := installStorage(ctx, cs); err != nil {
+		return componentErr(l, cAPIServer, err.Error())
+	}
+	provBin, err := installProvisionerBinary(l)
+	if err != nil {
+		return err
+	}
+	prov, err := l.start(component{name: cProvisioner, bin: provBin, args: provisionerArgs(l)})
+	if err != nil {
+		return err
+	}
 	cm, err := l.start(component{name: cControllerManager, bin: bin(cControllerManager), args: controllerManagerArgs(l)})
 	if err != nil {
 		return err
@@ -231,8 +247,7 @@ func bringUp(ctx context.Context, l layout, st *state, binDir string, ip net.IP,
 	if err := waitFor(ctx, l, proxy, 60*time.Second, httpProbe(plainClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", proxyHealthz), "")); err != nil {
 		return err
 	}
-	cs, err := adminClientset(l)
-	if err != nil {
+	if err := waitFor(ctx, l, prov, 60*time.Second, httpProbe(plainClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", provisionerPort), "ok")); err != nil {
 		return err
 	}
 	// Ready and without the not-ready taint, which only the controller-manager removes (point 3).
@@ -426,7 +441,7 @@ func preflight() error {
 		return fmt.Errorf("missing on this machine: %s (run hack/install-deps.sh)", strings.Join(missing, ", "))
 	}
 	var busy []string
-	for _, p := range []int{apiserverPort, etcdClientPort, etcdPeerPort, kubeletPort, kubeletHealthz, proxyMetrics, proxyHealthz, cmPort, schedulerPort, kwokPort} {
+	for _, p := range []int{apiserverPort, etcdClientPort, etcdPeerPort, kubeletPort, kubeletHealthz, proxyMetrics, proxyHealthz, cmPort, schedulerPort, kwokPort, provisionerPort} {
 		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p))
 		if err != nil {
 			busy = append(busy, strconv.Itoa(p))

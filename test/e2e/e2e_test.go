@@ -19,7 +19,9 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -140,15 +142,8 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		url := fmt.Sprintf("http://%s/acme/widgets.git", net.JoinHostPort(nodeIP(ctx, c), port))
 
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-git-", Labels: map[string]string{
-			"pod-security.kubernetes.io/enforce": "restricted",
-		}}}
-		Expect(c.client.Create(ctx, ns)).To(Succeed())
+		ns := restrictedNamespace(ctx, c, "e2e-git-")
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(c.client.Delete(context.Background(), ns))).To(Succeed()) })
-		// The controller-manager creates the namespace's default ServiceAccount.
-		Eventually(func() error {
-			return c.client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
-		}).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
 
 		By("cloning in an init container and reading the checkout in the main container")
 		pod := gitPod(ns.Name, url)
@@ -164,7 +159,103 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 			"the pod's checkout is at the commit the host's git server holds")
 	})
 
+	It("provisions shepherd-local volumes for non-root pods, keeps their data, grows and deletes them", func() {
+		By("the default StorageClass, served by the local provisioner")
+		sc := &storagev1.StorageClass{}
+		Expect(c.client.Get(ctx, client.ObjectKey{Name: localStorageClass}, sc)).To(Succeed())
+		Expect(sc.Annotations).To(HaveKeyWithValue("storageclass.kubernetes.io/is-default-class", "true"))
+		Expect(sc.Provisioner).To(Equal(localProvisioner))
+		Expect(sc.VolumeBindingMode).To(HaveValue(Equal(storagev1.VolumeBindingWaitForFirstConsumer)))
+		Expect(sc.ReclaimPolicy).To(HaveValue(Equal(corev1.PersistentVolumeReclaimDelete)))
+		Expect(sc.AllowVolumeExpansion).To(HaveValue(BeTrue()))
+
+		ns := restrictedNamespace(ctx, c, "e2e-volume-")
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(c.client.Delete(context.Background(), ns))).To(Succeed()) })
+
+		By("a claim without a class gets the default one and waits for its first pod")
+		pvc := claim(ns.Name, "workspace", "1Gi")
+		Expect(c.client.Create(ctx, pvc)).To(Succeed())
+		Expect(pvc.Spec.StorageClassName).To(HaveValue(Equal(localStorageClass)), "the DefaultStorageClass admission plugin")
+		Eventually(func() string { return eventsOf(ctx, c, ns.Name, pvc.Name) }).
+			WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(ContainSubstring("WaitForFirstConsumer"))
+		Expect(c.client.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)).To(Succeed())
+		Expect(pvc.Status.Phase).To(Equal(corev1.ClaimPending), "no pod uses it yet")
+		Expect(pvc.Spec.VolumeName).To(BeEmpty())
+
+		By("a pod running as 65532 with fsGroup 65532 writes to it")
+		message := "written by the first pod in " + ns.Name
+		writer := volumePod(ns.Name, "writer", pvc.Name, "sh", "-c",
+			`set -e; echo "$(id -u):$(id -g)"; stat -c '%u:%g %a' /workspace; mkdir /workspace/mirror; echo "$0" >/workspace/mirror/greeting`, message)
+		runToCompletion(ctx, c, writer)
+		Expect(strings.Split(strings.TrimSpace(podLog(ctx, c, writer, "main")), "\n")).To(Equal([]string{"65532:65532", "0:65532 2770"}),
+			"the volume's root is root:65532, group-writable, setgid: what the kubelet makes of fsGroup")
+
+		By("the claim is bound to a local volume the provisioner made on the node")
+		pv := boundVolume(ctx, c, pvc)
+		Expect(pvc.Annotations).To(HaveKeyWithValue("volume.kubernetes.io/storage-provisioner", localProvisioner))
+		Expect(pvc.Annotations).To(HaveKeyWithValue("volume.kubernetes.io/selected-node", "shepherd-node"))
+		Expect(pv.Annotations).To(HaveKeyWithValue("pv.kubernetes.io/provisioned-by", localProvisioner))
+		Expect(pv.Spec.StorageClassName).To(Equal(localStorageClass))
+		Expect(pv.Spec.PersistentVolumeReclaimPolicy).To(Equal(corev1.PersistentVolumeReclaimDelete))
+		Expect(pv.Spec.Capacity.Storage().String()).To(Equal("1Gi"))
+		Expect(pv.Spec.AccessModes).To(ConsistOf(corev1.ReadWriteOnce))
+		Expect(pv.Spec.ClaimRef).To(HaveField("UID", pvc.UID))
+		Expect(pv.Spec.Local).NotTo(BeNil())
+		Expect(pv.Spec.Local.Path).To(Equal(volumeDir(c, pv)))
+		Expect(pv.Spec.NodeAffinity.Required.NodeSelectorTerms).To(ConsistOf(HaveField("MatchExpressions", ConsistOf(And(
+			HaveField("Key", corev1.LabelHostname), HaveField("Values", ConsistOf("shepherd-node")))))))
+		Expect(eventsOf(ctx, c, ns.Name, pvc.Name)).To(ContainSubstring("ProvisioningSucceeded"))
+
+		By("the data is on the host, owned by the pod's user")
+		raw, err := os.ReadFile(filepath.Join(volumeDir(c, pv), "mirror", "greeting"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(raw)).To(Equal(message + "\n"))
+		st, err := os.Stat(filepath.Join(volumeDir(c, pv), "mirror", "greeting"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(st.Sys()).To(And(HaveField("Uid", BeEquivalentTo(agentUID)), HaveField("Gid", BeEquivalentTo(agentUID))))
+
+		By("a second pod reads what the first wrote")
+		reader := volumePod(ns.Name, "reader", pvc.Name, "cat", "/workspace/mirror/greeting")
+		runToCompletion(ctx, c, reader)
+		Expect(podLog(ctx, c, reader, "main")).To(Equal(message + "\n"))
+
+		By("growing the claim grows the volume")
+		patch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+		Expect(c.client.Patch(ctx, pvc, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(c.client.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)).To(Succeed())
+			g.Expect(pvc.Status.Capacity.Storage().String()).To(Equal("2Gi"))
+			g.Expect(c.client.Get(ctx, client.ObjectKeyFromObject(pv), pv)).To(Succeed())
+			g.Expect(pv.Spec.Capacity.Storage().String()).To(Equal("2Gi"))
+		}).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+		By("deleting the claim deletes its volume and the volume's directory")
+		deleteAndWait(ctx, c, writer)
+		deleteAndWait(ctx, c, reader)
+		deleteAndWait(ctx, c, pvc)
+		waitGone(ctx, c, pv) // the provisioner's doing: nothing else deletes volumes
+		Expect(volumeDir(c, pv)).NotTo(BeAnExistingFile())
+	})
+
 	It("tears the cluster down cleanly", func() {
+		By("leaving a volume mounted by a running pod, which down must unmount and delete")
+		ns := restrictedNamespace(ctx, c, "e2e-teardown-")
+		pvc := claim(ns.Name, "busy", "1Gi")
+		Expect(c.client.Create(ctx, pvc)).To(Succeed())
+		holder := volumePod(ns.Name, "holder", pvc.Name, "sh", "-c", "touch /workspace/in-use && exec sleep 3600")
+		Expect(c.client.Create(ctx, holder)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(c.client.Get(ctx, client.ObjectKeyFromObject(holder), holder)).To(Succeed())
+			if holder.Status.Phase == corev1.PodFailed || holder.Status.Phase == corev1.PodSucceeded {
+				StopTrying(fmt.Sprintf("pod %s ended: %s", holder.Name, podLogs(ctx, c, holder))).Now()
+			}
+			g.Expect(holder.Status.Phase).To(Equal(corev1.PodRunning), "pod %s: %s", holder.Name, describePending(ctx, c, holder))
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		pv := boundVolume(ctx, c, pvc)
+		Expect(filepath.Join(volumeDir(c, pv), "in-use")).To(BeARegularFile())
+		Expect(mountsUnder(c.runDir)).To(ContainElement(HaveSuffix("/volumes/kubernetes.io~local-volume/" + pv.Name)))
+
 		_, err := c.localcluster(5*time.Minute, "down")
 		Expect(err).NotTo(HaveOccurred())
 
@@ -181,6 +272,7 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 			names = append(names, e.Name())
 		}
 		Expect(names).To(ConsistOf("logs"))
+		Expect(volumeDir(c, pv)).NotTo(BeAnExistingFile())
 		By("reporting no cluster")
 		_, err = c.localcluster(time.Minute, "status")
 		Expect(err).To(HaveOccurred(), "status exits 1 without a cluster")
