@@ -107,7 +107,8 @@ const (
 	// activity, not a crash); Malformed marks output the parser could not read; Denied marks a
 	// refused permission.
 	KindError Kind = "Error"
-	// KindUsage: cost and tokens of one turn (or one step of it); add them up.
+	// KindUsage: cost and tokens of one turn (or one step of it); add them up, unless the event
+	// is Cumulative.
 	KindUsage Kind = "Usage"
 	// KindSession: the agent's own conversation id and the model in use.
 	KindSession Kind = "Session"
@@ -127,8 +128,12 @@ type Event struct {
 	Malformed bool   `json:"malformed,omitempty"`
 	Denied    bool   `json:"denied,omitempty"`
 	Usage     *Usage `json:"usage,omitempty"`
-	SessionID string `json:"sessionID,omitempty"`
-	Model     string `json:"model,omitempty"`
+	// Cumulative marks a KindUsage event whose Usage is the running total of the conversation
+	// named by SessionID, not this turn's share: Codex reports a resumed thread's totals. The
+	// runner subtracts the total it saw last for that conversation.
+	Cumulative bool   `json:"cumulative,omitempty"`
+	SessionID  string `json:"sessionID,omitempty"`
+	Model      string `json:"model,omitempty"`
 }
 
 // Usage is what one turn or step cost.

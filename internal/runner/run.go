@@ -378,9 +378,21 @@ func (r *runner) handle(ev agent.Event, st *turnState) {
 		e := ev
 		st.result = &e
 	case agent.KindUsage:
-		if ev.Usage != nil {
-			st.usage.Add(*ev.Usage)
+		if ev.Usage == nil {
+			break
 		}
+		u := *ev.Usage
+		if ev.Cumulative {
+			id := ev.SessionID
+			if id == "" {
+				id = r.sessionID
+			}
+			var err error
+			if u, err = newConversationTotals(r.stateDir).share(id, u); err != nil {
+				r.notef("recording the conversation's usage totals failed: %v", err)
+			}
+		}
+		st.usage.Add(u)
 	case agent.KindError:
 		switch {
 		case ev.Retrying:

@@ -294,6 +294,17 @@ func TestTurnsPushAndPullRequest(t *testing.T) {
 			reps := be.Reports(s)
 			last := reps[len(reps)-1]
 			g.Expect(last.Usage.Turns).To(Equal(int32(2)))
+			switch a.typ {
+			case agentsv1alpha1.AgentClaudeCode:
+				// total_cost_usd runs over the conversation (0.0125, then 0.025); each turn counts
+				// its own share.
+				g.Expect(last.Usage.CostUSD).To(Equal("0.025000"))
+			case agentsv1alpha1.AgentCodex:
+				// turn.completed reports the thread's totals (1200 uncached in, then 2400); the
+				// second turn adds its share only.
+				g.Expect(last.Usage.InputTokens).To(Equal(int64(2400)))
+				g.Expect(last.Usage.CacheReadTokens).To(Equal(int64(2400)))
+			}
 			if a.typ != agentsv1alpha1.AgentAider {
 				g.Expect(last.Agent.SessionID).To(Equal(calls[0].Conversation), "the agent's session id was reported")
 			}

@@ -124,7 +124,8 @@ func claude(args []string) error {
 				id := newID("toolu_")
 				assistant(map[string]any{"type": "tool_use", "id": id, "name": "AskUserQuestion", "input": map[string]any{
 					"questions": []map[string]any{{"question": st.Ask, "header": "Question", "multiSelect": false, "options": []any{}}}}})
-				toolResult(id, "Answer questions?", true)
+				// What Claude Code 2.1 answers in print mode, where the tool is not offered.
+				toolResult(id, "<tool_use_error>Error: No such tool available: AskUserQuestion. AskUserQuestion is disabled for this session, in subagents as well as here.</tool_use_error>", true)
 				result = "I need an answer before I can go on."
 			} else {
 				result = st.Ask
@@ -150,9 +151,12 @@ func claude(args []string) error {
 	if denials == nil {
 		denials = []map[string]any{}
 	}
+	// As Claude Code 2.1 does: total_cost_usd is the conversation's running cost, this
+	// process's share is in model_usage_since_last_result.
 	e.emit(map[string]any{"type": "result", "subtype": "success", "is_error": false, "duration_ms": 1200, "num_turns": len(t.Steps) + 1,
-		"result": result, "stop_reason": "end_turn", "session_id": session, "total_cost_usd": 0.0125,
-		"usage":              map[string]any{"input_tokens": 1200, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 300, "output_tokens": 150},
-		"permission_denials": denials, "uuid": newID("")})
+		"result": result, "stop_reason": "end_turn", "session_id": session, "total_cost_usd": 0.0125 * float64(turnIdx+1),
+		"usage":                         map[string]any{"input_tokens": 1200, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 300, "output_tokens": 150},
+		"model_usage_since_last_result": map[string]any{"claude-sonnet-4-5": map[string]any{"inputTokens": 1200, "outputTokens": 150, "costUSD": 0.0125}},
+		"permission_denials":            denials, "uuid": newID("")})
 	return nil
 }

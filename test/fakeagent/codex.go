@@ -110,13 +110,9 @@ func codex(args []string) error {
 			retries++
 			e.emit(map[string]any{"type": "error", "message": fmt.Sprintf("Reconnecting... %d/5 (%s)", retries, st.Retry)})
 		case st.Ask != "":
-			if st.AskTool {
-				e.emit(map[string]any{"type": "request_user_input", "id": "turn-1", "call_id": newID("call_"),
-					"questions": []map[string]any{{"id": "q1", "header": "Question", "question": st.Ask, "options": []any{}}}})
-				result = "Waiting for your answer."
-			} else {
-				result = st.Ask
-			}
+			// codex exec has no way to ask: its request_user_input tool answers "unavailable in
+			// Default mode" and prints nothing, so the question is the final message either way.
+			result = st.Ask
 		case st.Fail != "":
 			if err := e.saveConversation(thread, turnIdx+1); err != nil {
 				return err
@@ -133,6 +129,10 @@ func codex(args []string) error {
 	if err := e.saveConversation(thread, turnIdx+1); err != nil {
 		return err
 	}
-	e.emit(map[string]any{"type": "turn.completed", "usage": map[string]any{"input_tokens": 2400, "cached_input_tokens": 1200, "output_tokens": 180}})
+	// As codex does, the usage is the thread's running total: a resumed thread counts its
+	// earlier turns again.
+	turns := int64(turnIdx + 1)
+	e.emit(map[string]any{"type": "turn.completed", "usage": map[string]any{"input_tokens": 2400 * turns, "cached_input_tokens": 1200 * turns,
+		"cache_write_input_tokens": 0, "output_tokens": 180 * turns, "reasoning_output_tokens": 0}})
 	return nil
 }

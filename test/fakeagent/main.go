@@ -55,7 +55,8 @@ type Step struct {
 	// Retry prints the CLI's own model-API retry event with this error.
 	Retry string `json:"retry,omitempty"`
 	// Ask ends the turn with this question (Claude Code: with AskTool, as an AskUserQuestion
-	// tool use; Codex: as a request_user_input event when AskTool is set).
+	// tool use the CLI refuses, as the real one does in print mode; the other CLIs have no
+	// question tool headless, so their question is the final text).
 	Ask     string `json:"ask,omitempty"`
 	AskTool bool   `json:"askTool,omitempty"`
 	// Fail ends the turn as the CLI's failed turn, with this error, and exits 1.

@@ -76,19 +76,28 @@ func opencode(args []string) error {
 		fields["id"], fields["sessionID"], fields["messageID"], fields["type"] = newID("prt_"), session, msg, typ
 		return fields
 	}
-	var rejected []string
+	// A permission `run` auto-rejects ends the turn after that step, as OpenCode 1.18 does.
+	rejected := false
 	tool := func(name string, input map[string]any, denied bool, output string) {
 		state := map[string]any{"status": "completed", "input": input, "output": output, "title": name}
 		if denied {
 			state = map[string]any{"status": "error", "input": input, "error": "The user rejected permission to use this specific tool call."}
-			rejected = append(rejected, name)
+			rejected = true
 		}
 		emit("tool_use", map[string]any{"part": part("tool", map[string]any{"callID": newID("call_"), "tool": name, "state": state})})
+	}
+	finish := func(reason string) {
+		emit("step_finish", map[string]any{"part": part("step-finish", map[string]any{"reason": reason, "cost": 0.004,
+			"tokens": map[string]any{"total": 1420, "input": 900, "output": 120, "reasoning": 0, "cache": map[string]any{"read": 400, "write": 0}}})})
 	}
 	emit("step_start", map[string]any{"part": part("step-start", map[string]any{})})
 	t := e.turn(turnIdx)
 	result := t.Result
 	for _, st := range t.Steps {
+		if rejected {
+			finish("tool-calls")
+			return e.saveConversation(session, turnIdx+1)
+		}
 		switch {
 		case st.Say != "":
 			emit("text", map[string]any{"part": part("text", map[string]any{"text": st.Say})})
@@ -128,14 +137,10 @@ func opencode(args []string) error {
 	if result != "" {
 		emit("text", map[string]any{"part": part("text", map[string]any{"text": result})})
 	}
-	emit("step_finish", map[string]any{"part": part("step-finish", map[string]any{"reason": "stop", "cost": 0.004,
-		"tokens": map[string]any{"input": 900, "output": 120, "reasoning": 0, "cache": map[string]any{"read": 400, "write": 0}}})})
-	if err := e.saveConversation(session, turnIdx+1); err != nil {
-		return err
+	if rejected {
+		finish("tool-calls")
+		return e.saveConversation(session, turnIdx+1)
 	}
-	if rejected == nil {
-		rejected = []string{}
-	}
-	emit("done", map[string]any{"reason": "idle", "rejected": rejected})
-	return nil
+	finish("stop")
+	return e.saveConversation(session, turnIdx+1)
 }

@@ -4,8 +4,13 @@
 //
 // with the prompt on stdin (so a prompt that starts with "-" is never read as a flag). Output is
 // one JSON object per line: system/init (session id, model), system/api_retry (the CLI retries
-// the model API by itself), assistant messages (text and tool_use blocks), user messages
-// (tool results) and a final result (summary, cost, tokens).
+// the model API by itself), assistant messages (text and tool_use blocks; an API error the CLI
+// gave up on arrives as one with is_api_error_message), user messages (tool results) and a final
+// result (summary, cost, tokens; errors[] when an error_* subtype has no summary).
+//
+// In print mode the CLI offers no AskUserQuestion tool and refuses it when the model calls it
+// anyway; such a call still carries the model's question, and a final result ending with a
+// question mark is one too.
 package claudecode
 
 import (
@@ -85,25 +90,37 @@ type contentBlock struct {
 	Input json.RawMessage `json:"input"`
 }
 
+type message struct {
+	Model   string         `json:"model"`
+	Content []contentBlock `json:"content"`
+}
+
 type line struct {
 	Type      string `json:"type"`
 	Subtype   string `json:"subtype"`
 	SessionID string `json:"session_id"`
 	Model     string `json:"model"`
 	// api_retry
-	Attempt    int             `json:"attempt"`
-	MaxRetries int             `json:"max_retries"`
-	RetryDelay float64         `json:"retry_delay_ms"`
-	Error      json.RawMessage `json:"error"`
-	// assistant / user
-	Message *struct {
-		Model   string         `json:"model"`
-		Content []contentBlock `json:"content"`
-	} `json:"message"`
-	// result
-	IsError           bool    `json:"is_error"`
-	Result            string  `json:"result"`
-	TotalCostUSD      float64 `json:"total_cost_usd"`
+	Attempt     int             `json:"attempt"`
+	MaxRetries  int             `json:"max_retries"`
+	RetryDelay  float64         `json:"retry_delay_ms"`
+	ErrorStatus int             `json:"error_status"`
+	Error       json.RawMessage `json:"error"`
+	// IsAPIErrorMessage marks an assistant message the CLI made up to carry a model API error.
+	IsAPIErrorMessage bool `json:"is_api_error_message"`
+	// assistant / user: an object; system events such as permission_denied carry a string
+	// message instead, so it is decoded by type.
+	Message json.RawMessage `json:"message"`
+	// result; Errors explains an error_* subtype that has no result text. total_cost_usd is the
+	// conversation's running cost (a resumed session starts from its earlier turns' cost);
+	// model_usage_since_last_result holds this process's own share per model.
+	SinceLastResult map[string]struct {
+		CostUSD float64 `json:"costUSD"`
+	} `json:"model_usage_since_last_result"`
+	IsError           bool     `json:"is_error"`
+	Result            string   `json:"result"`
+	Errors            []string `json:"errors"`
+	TotalCostUSD      float64  `json:"total_cost_usd"`
 	PermissionDenials []struct {
 		ToolName string `json:"tool_name"`
 	} `json:"permission_denials"`
@@ -133,16 +150,34 @@ func (p *parser) Line(raw []byte) []agent.Event {
 				{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive},
 			}
 		case "api_retry":
+			status := ""
+			if l.ErrorStatus != 0 {
+				status = fmt.Sprintf("%d ", l.ErrorStatus)
+			}
 			return []agent.Event{{Kind: agent.KindError, Retrying: true,
-				Text: fmt.Sprintf("model API retry %d/%d in %.0fms: %s", l.Attempt, l.MaxRetries, l.RetryDelay, errorText(l.Error))}}
+				Text: fmt.Sprintf("model API retry %d/%d in %.0fms: %s%s", l.Attempt, l.MaxRetries, l.RetryDelay, status, errorText(l.Error))}}
 		}
 		return nil
 	case "assistant":
-		if l.Message == nil {
+		if len(l.Message) == 0 {
 			return nil
 		}
+		var msg message
+		if err := json.Unmarshal(l.Message, &msg); err != nil {
+			return []agent.Event{agent.MalformedLine("claude-code", raw, err)}
+		}
 		events := []agent.Event{{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}}
-		for _, b := range l.Message.Content {
+		if l.IsAPIErrorMessage {
+			// The model API refused the request for good; the result that follows ends the turn.
+			var texts []string
+			for _, b := range msg.Content {
+				if b.Type == "text" {
+					texts = append(texts, b.Text)
+				}
+			}
+			return []agent.Event{{Kind: agent.KindError, Text: agent.Truncate(strings.Join(texts, "\n"), 4096)}}
+		}
+		for _, b := range msg.Content {
 			switch b.Type {
 			case "text":
 				if strings.TrimSpace(b.Text) != "" {
@@ -164,6 +199,12 @@ func (p *parser) Line(raw []byte) []agent.Event {
 		p.sawResult = true
 		var events []agent.Event
 		u := agent.Usage{CostUSD: l.TotalCostUSD}
+		if l.SinceLastResult != nil {
+			u.CostUSD = 0
+			for _, m := range l.SinceLastResult {
+				u.CostUSD += m.CostUSD
+			}
+		}
 		if l.Usage != nil {
 			u.InputTokens = l.Usage.InputTokens + l.Usage.CacheCreationInputTokens
 			u.OutputTokens = l.Usage.OutputTokens
@@ -188,6 +229,9 @@ func (p *parser) Line(raw []byte) []agent.Event {
 			}
 		}
 		summary := l.Result
+		if isErr && summary == "" {
+			summary = strings.Join(l.Errors, "\n")
+		}
 		if isErr && summary == "" {
 			summary = "turn ended with " + l.Subtype
 		}

@@ -1,7 +1,9 @@
 package claudecode
 
 import (
+	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -64,19 +66,45 @@ func TestCommand(t *testing.T) {
 	g.Expect(err).To(HaveOccurred())
 }
 
+// The fixtures are the real Claude Code's output (hack/agent-clis.versions) against the scripted
+// model server, captured by `go test ./test/realagents -update-fixtures` (turn, retry_question,
+// error) or by hand with the same setup (denied: plan mode; resume_unknown: --resume of an id
+// that does not exist). malformed.jsonl is made up: the CLI never prints it on purpose.
+
+// firstSessionID is the session_id of the fixture's first line.
+func firstSessionID(t *testing.T, name string) string {
+	raw, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		SessionID string `json:"session_id"`
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	if err := json.Unmarshal([]byte(first), &l); err != nil || l.SessionID == "" {
+		t.Fatalf("%s: no session_id on the first line: %v", name, err)
+	}
+	return l.SessionID
+}
+
 func TestParseTurn(t *testing.T) {
 	g := NewWithT(t)
 	events := parseFile(t, "turn.jsonl")
-	g.Expect(kinds(events, agent.KindSession)[0]).To(Equal(agent.Event{Kind: agent.KindSession,
-		SessionID: "3f1c9f0e-5a8e-4c4e-9a55-7f0d2d1b6a10", Model: "claude-sonnet-4-5"}))
+	id := firstSessionID(t, "turn.jsonl")
+	g.Expect(kinds(events, agent.KindSession)).To(Equal([]agent.Event{
+		{Kind: agent.KindSession, SessionID: id, Model: "claude-sonnet-4-5"}, {Kind: agent.KindSession, SessionID: id}}))
 	tools := kinds(events, agent.KindToolUse)
-	g.Expect(tools).To(HaveLen(1))
-	g.Expect(tools[0].Tool).To(Equal("Bash"))
-	g.Expect(tools[0].Text).To(ContainSubstring("git commit"))
+	g.Expect(tools).To(HaveLen(2))
+	g.Expect(tools[0].Tool).To(Equal("Write"))
+	g.Expect(tools[0].Text).To(ContainSubstring("hello.txt"))
+	g.Expect(tools[1].Tool).To(Equal("Bash"))
+	g.Expect(tools[1].Text).To(ContainSubstring("git commit"))
+	// Three model requests at the scripted server's 1200 in (300 cached) / 80 out, at
+	// claude-sonnet-4-5 list prices.
 	g.Expect(kinds(events, agent.KindUsage)).To(ConsistOf(agent.Event{Kind: agent.KindUsage,
-		Usage: &agent.Usage{CostUSD: 0.0123, InputTokens: 1092, OutputTokens: 52, CacheReadTokens: 2000}}))
+		Usage: &agent.Usage{CostUSD: 0.01467, InputTokens: 3600, OutputTokens: 240, CacheReadTokens: 900}}))
 	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult,
-		Text: "I added hello.txt and committed it."}))
+		Text: "Added hello.txt and committed it."}))
 	g.Expect(kinds(events, agent.KindQuestion)).To(BeEmpty())
 	g.Expect(kinds(events, agent.KindError)).To(BeEmpty())
 }
@@ -84,22 +112,53 @@ func TestParseTurn(t *testing.T) {
 func TestParseRetryAndQuestion(t *testing.T) {
 	g := NewWithT(t)
 	events := parseFile(t, "retry_question.jsonl")
+	// A 529 and a 429, each retried by the CLI: activity, not a crash.
 	errs := kinds(events, agent.KindError)
-	g.Expect(errs).To(HaveLen(3))
-	g.Expect(errs[0].Retrying).To(BeTrue(), "api_retry is activity, not a crash")
-	g.Expect(errs[0].Text).To(ContainSubstring("Connection error."))
-	g.Expect(errs[1].Text).To(ContainSubstring("overloaded_error"))
-	g.Expect(errs[2].Denied).To(BeTrue())
-	g.Expect(errs[2].Text).To(ContainSubstring("Bash"))
-	g.Expect(kinds(events, agent.KindQuestion)).To(ConsistOf(agent.Event{Kind: agent.KindQuestion,
-		Text: "Should the endpoint return 404 or 410 for deleted widgets?"}))
+	g.Expect(errs).To(HaveLen(2))
+	for _, e := range errs {
+		g.Expect(e.Retrying).To(BeTrue())
+	}
+	g.Expect(errs[0].Text).To(And(HavePrefix("model API retry 1/10 in "), HaveSuffix("529 overloaded")))
+	g.Expect(errs[1].Text).To(And(HavePrefix("model API retry 2/10 in "), HaveSuffix("429 rate_limit")))
+	// The refused AskUserQuestion call and the final text both carry the question.
+	g.Expect(kinds(events, agent.KindQuestion)).To(HaveEach(agent.Event{Kind: agent.KindQuestion,
+		Text: "Should deleted widgets return 404 or 410?"}))
+	g.Expect(kinds(events, agent.KindQuestion)).To(HaveLen(2))
+	// A resumed conversation: total_cost_usd (0.02445) includes the first turn; this turn's
+	// share is model_usage_since_last_result.
+	g.Expect(kinds(events, agent.KindUsage)).To(ConsistOf(agent.Event{Kind: agent.KindUsage,
+		Usage: &agent.Usage{CostUSD: 0.00978, InputTokens: 2400, OutputTokens: 160, CacheReadTokens: 600}}))
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(HaveField("IsError", false)))
 }
 
-func TestParseAskUserQuestionTool(t *testing.T) {
+func TestParseRefusedRequest(t *testing.T) {
 	g := NewWithT(t)
-	events := parseFile(t, "ask_tool.jsonl")
-	g.Expect(kinds(events, agent.KindQuestion)).To(ConsistOf(agent.Event{Kind: agent.KindQuestion,
-		Text: "Which database should the cache use?"}))
+	events := parseFile(t, "error.jsonl")
+	errs := kinds(events, agent.KindError)
+	g.Expect(errs).To(HaveLen(1))
+	g.Expect(errs[0].Retrying).To(BeFalse())
+	g.Expect(errs[0].Text).To(Equal("Failed to authenticate. API Error: 403 the scripted server refused this request"))
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult, IsError: true,
+		Text: "Failed to authenticate. API Error: 403 the scripted server refused this request"}))
+	g.Expect(kinds(events, agent.KindUsage)).To(ConsistOf(agent.Event{Kind: agent.KindUsage, Usage: &agent.Usage{}}),
+		"nothing new was spent; the conversation's running cost is not this turn's")
+	g.Expect(kinds(events, agent.KindQuestion)).To(BeEmpty())
+}
+
+func TestParseResumeOfUnknownSession(t *testing.T) {
+	g := NewWithT(t)
+	events := parseFile(t, "resume_unknown.jsonl")
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult, IsError: true,
+		Text: "No conversation found with session ID: 0f8fad5b-d9cb-469f-a165-70867728950e"}))
+}
+
+func TestParsePermissionDenied(t *testing.T) {
+	g := NewWithT(t)
+	events := parseFile(t, "denied.jsonl")
+	errs := kinds(events, agent.KindError)
+	g.Expect(errs).To(ConsistOf(agent.Event{Kind: agent.KindError, Denied: true, Text: "permission denied for Bash"}))
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult,
+		Text: "I could not commit in plan mode."}))
 }
 
 func TestParseMalformedAndTruncated(t *testing.T) {

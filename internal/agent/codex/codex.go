@@ -6,8 +6,12 @@
 // The prompt is read from stdin ("-"). Exec-level flags go before the resume subcommand, where
 // codex reads them. Output is JSONL: thread.started (thread_id), turn.started, item.started /
 // item.updated / item.completed (agent_message, reasoning, command_execution, file_change,
-// mcp_tool_call, web_search, todo_list, error), request_user_input, turn.completed (usage),
-// turn.failed and error (the CLI reports its reconnect attempts there).
+// mcp_tool_call, web_search, todo_list, error), turn.completed (usage), turn.failed, and error:
+// "Reconnecting... n/5" while the CLI retries the model API by itself, any other message when
+// it gives up (turn.failed follows). In exec mode codex has no way to ask the human: its
+// request_user_input tool answers "unavailable in Default mode", so a question is the final
+// message ending with a question mark. The usage of turn.completed is the thread's running
+// total (input_tokens include cached_input_tokens), so its events are Cumulative.
 package codex
 
 import (
@@ -77,6 +81,7 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 func (Adapter) NewParser() agent.Parser { return &parser{} }
 
 type parser struct {
+	threadID    string
 	lastMessage string
 	ended       bool
 	lines       int
@@ -108,12 +113,12 @@ type line struct {
 		CachedInputTokens int64 `json:"cached_input_tokens"`
 		OutputTokens      int64 `json:"output_tokens"`
 	} `json:"usage"`
-	Error     *struct{ Message string } `json:"error"`
-	Message   string                    `json:"message"`
-	Questions []struct {
-		Question string `json:"question"`
-	} `json:"questions"`
+	Error   *struct{ Message string } `json:"error"`
+	Message string                    `json:"message"`
 }
+
+// reconnecting starts the message of an error event codex recovers from by itself.
+const reconnecting = "Reconnecting..."
 
 func (p *parser) Line(raw []byte) []agent.Event {
 	if strings.TrimSpace(string(raw)) == "" {
@@ -127,6 +132,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 	active := agent.Event{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}
 	switch l.Type {
 	case "thread.started":
+		p.threadID = l.ThreadID
 		return []agent.Event{{Kind: agent.KindSession, SessionID: l.ThreadID}, active}
 	case "turn.started":
 		return []agent.Event{active}
@@ -143,17 +149,12 @@ func (p *parser) Line(raw []byte) []agent.Event {
 			return nil
 		}
 		return p.completed(*l.Item)
-	case "request_user_input":
-		var qs []string
-		for _, q := range l.Questions {
-			qs = append(qs, q.Question)
-		}
-		return []agent.Event{{Kind: agent.KindQuestion, Text: agent.Truncate(strings.Join(qs, "\n"), 4096)}}
 	case "turn.completed":
 		p.ended = true
 		var events []agent.Event
 		if l.Usage != nil {
-			events = append(events, agent.Event{Kind: agent.KindUsage, Usage: &agent.Usage{
+			// The thread's totals: a resumed thread counts its earlier turns again.
+			events = append(events, agent.Event{Kind: agent.KindUsage, Cumulative: true, SessionID: p.threadID, Usage: &agent.Usage{
 				InputTokens: l.Usage.InputTokens - l.Usage.CachedInputTokens, CacheReadTokens: l.Usage.CachedInputTokens,
 				OutputTokens: l.Usage.OutputTokens}})
 		}
@@ -169,9 +170,9 @@ func (p *parser) Line(raw []byte) []agent.Event {
 		}
 		return []agent.Event{{Kind: agent.KindTurnResult, Text: msg, IsError: true}}
 	case "error":
-		// Codex reports its own reconnect attempts here ("Reconnecting... 2/5"); the turn goes on
-		// or ends with turn.failed.
-		return []agent.Event{{Kind: agent.KindError, Retrying: true, Text: l.Message}}
+		// Codex reports its own reconnect attempts here ("Reconnecting... 2/5 (...)"); the turn
+		// goes on. Any other error is final: turn.failed follows with the same message.
+		return []agent.Event{{Kind: agent.KindError, Retrying: strings.HasPrefix(l.Message, reconnecting), Text: agent.Truncate(l.Message, 4096)}}
 	}
 	return nil
 }

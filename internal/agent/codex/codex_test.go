@@ -1,7 +1,9 @@
 package codex
 
 import (
+	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -59,42 +61,71 @@ func TestCommand(t *testing.T) {
 	NewWithT(t).Expect(err).To(HaveOccurred())
 }
 
+// The fixtures are the real Codex's output (hack/agent-clis.versions) against the scripted model
+// server, captured by `go test ./test/realagents -update-fixtures`; malformed.jsonl is made up.
+
+// threadID is the thread_id of the fixture's first line.
+func threadID(t *testing.T, name string) string {
+	raw, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		ThreadID string `json:"thread_id"`
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	if err := json.Unmarshal([]byte(first), &l); err != nil || l.ThreadID == "" {
+		t.Fatalf("%s: no thread_id on the first line: %v", name, err)
+	}
+	return l.ThreadID
+}
+
 func TestParseTurn(t *testing.T) {
 	g := NewWithT(t)
 	events := parseFile(t, "turn.jsonl")
-	g.Expect(kinds(events, agent.KindSession)).To(ConsistOf(agent.Event{Kind: agent.KindSession, SessionID: "0199a213-81c0-7800-8aa1-bbab2a035a53"}))
+	id := threadID(t, "turn.jsonl")
+	g.Expect(kinds(events, agent.KindSession)).To(ConsistOf(agent.Event{Kind: agent.KindSession, SessionID: id}))
 	tools := kinds(events, agent.KindToolUse)
 	g.Expect(tools).To(HaveLen(2))
-	g.Expect(tools[0].Tool).To(Equal("command_execution"))
-	g.Expect(tools[1]).To(Equal(agent.Event{Kind: agent.KindToolUse, Tool: "file_change", Text: "update /w/README.md"}))
-	g.Expect(kinds(events, agent.KindUsage)).To(ConsistOf(agent.Event{Kind: agent.KindUsage,
-		Usage: &agent.Usage{InputTokens: 315, CacheReadTokens: 24448, OutputTokens: 122}}))
+	g.Expect(tools[0].Tool).To(Equal("file_change"))
+	g.Expect(tools[0].Text).To(HavePrefix("add /"))
+	g.Expect(tools[0].Text).To(HaveSuffix("/hello.txt"))
+	g.Expect(tools[1].Tool).To(Equal("command_execution"))
+	g.Expect(tools[1].Text).To(ContainSubstring("git commit -m 'Add hello'"))
+	// Two model requests at the scripted server's 1200 in (300 of them cached) / 80 out; the
+	// thread's totals, which for a first turn are the turn's.
+	g.Expect(kinds(events, agent.KindUsage)).To(ConsistOf(agent.Event{Kind: agent.KindUsage, Cumulative: true, SessionID: id,
+		Usage: &agent.Usage{InputTokens: 1800, CacheReadTokens: 600, OutputTokens: 160}}))
 	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult, Text: "Added hello.txt and committed it."}))
 	g.Expect(kinds(events, agent.KindError)).To(BeEmpty())
+	g.Expect(kinds(events, agent.KindQuestion)).To(BeEmpty())
 }
 
-func TestParseRetriesThenFailure(t *testing.T) {
+func TestParseRetryAndQuestion(t *testing.T) {
 	g := NewWithT(t)
-	events := parseFile(t, "retry_fail.jsonl")
+	events := parseFile(t, "retry_question.jsonl")
 	errs := kinds(events, agent.KindError)
-	g.Expect(errs).To(HaveLen(2))
-	g.Expect(errs[0].Retrying).To(BeTrue())
-	g.Expect(errs[0].Text).To(HavePrefix("Reconnecting... 1/5"))
+	g.Expect(errs).To(ConsistOf(agent.Event{Kind: agent.KindError, Retrying: true,
+		Text: "Reconnecting... 1/5 (stream disconnected before completion: upstream overloaded)"}))
+	g.Expect(kinds(events, agent.KindQuestion)).To(ConsistOf(agent.Event{Kind: agent.KindQuestion,
+		Text: "Should deleted widgets return 404 or 410?"}))
+	// A resumed thread reports its running total: the first turn's 2 requests and this one.
+	g.Expect(kinds(events, agent.KindUsage)).To(ConsistOf(agent.Event{Kind: agent.KindUsage, Cumulative: true,
+		SessionID: threadID(t, "retry_question.jsonl"), Usage: &agent.Usage{InputTokens: 2700, CacheReadTokens: 900, OutputTokens: 240}}))
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(HaveField("IsError", false)))
+}
+
+func TestParseRefusedRequest(t *testing.T) {
+	g := NewWithT(t)
+	events := parseFile(t, "error.jsonl")
+	errs := kinds(events, agent.KindError)
+	g.Expect(errs).To(HaveLen(1))
+	g.Expect(errs[0].Retrying).To(BeFalse(), "only Reconnecting... is a retry; this error is final")
+	g.Expect(errs[0].Text).To(ContainSubstring("the scripted server refused this request"))
 	res := kinds(events, agent.KindTurnResult)
 	g.Expect(res).To(HaveLen(1))
 	g.Expect(res[0].IsError).To(BeTrue())
-	g.Expect(res[0].Text).To(ContainSubstring("stream disconnected"))
-}
-
-func TestParseQuestion(t *testing.T) {
-	g := NewWithT(t)
-	events := parseFile(t, "question.jsonl")
-	g.Expect(kinds(events, agent.KindQuestion)).To(ConsistOf(agent.Event{Kind: agent.KindQuestion,
-		Text: "Which one should I change, `config/dev.yaml` or `config/prod.yaml`?"}))
-	// request_user_input is the structured form.
-	p := Adapter{}.NewParser()
-	g.Expect(p.Line([]byte(`{"type":"request_user_input","id":"turn-1","call_id":"call_1","questions":[{"id":"q1","header":"Scope","question":"Also update the docs?","options":[]}]}`))).
-		To(ConsistOf(agent.Event{Kind: agent.KindQuestion, Text: "Also update the docs?"}))
+	g.Expect(res[0].Text).To(ContainSubstring("the scripted server refused this request"))
 }
 
 func TestParseMalformedAndTruncated(t *testing.T) {

@@ -5,8 +5,9 @@
 // The message is read from stdin: `opencode run` joins positional words and quotes those with
 // spaces, which would change the prompt, while piped stdin is taken as it is. Output is JSONL:
 // step_start, text, reasoning, tool_use (part.tool, part.state), step_finish (part.tokens,
-// part.cost), error, and in recent versions done (with the permissions it auto-rejected). Every
-// line carries sessionID.
+// part.cost) and error; nothing else (retries of the model API are not printed, and a
+// permission `run` auto-rejected shows as a tool_use in state "error"). Every line carries
+// sessionID.
 package opencode
 
 import (
@@ -82,7 +83,6 @@ type parser struct {
 	errors    []string
 	steps     int
 	lines     int
-	done      bool
 }
 
 type line struct {
@@ -115,7 +115,6 @@ type line struct {
 			Message string `json:"message"`
 		} `json:"data"`
 	} `json:"error"`
-	Rejected []string `json:"rejected"`
 }
 
 func (p *parser) Line(raw []byte) []agent.Event {
@@ -175,12 +174,6 @@ func (p *parser) Line(raw []byte) []agent.Event {
 		}
 		p.errors = append(p.errors, msg)
 		events = append(events, agent.Event{Kind: agent.KindError, Text: msg})
-	case "done":
-		p.done = true
-		if len(l.Rejected) > 0 {
-			events = append(events, agent.Event{Kind: agent.KindError, Denied: true,
-				Text: "permission rejected: " + strings.Join(l.Rejected, ", ")})
-		}
 	}
 	return events
 }

@@ -1,7 +1,9 @@
 package opencode
 
 import (
+	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -53,34 +55,76 @@ func TestCommand(t *testing.T) {
 	g.Expect(err).To(HaveOccurred())
 }
 
+// The fixtures are the real OpenCode's output (hack/agent-clis.versions) against the scripted
+// model server, captured by `go test ./test/realagents -update-fixtures` (turn, retry_question,
+// error) or by hand with the same setup (rejected: AcceptEdits, the model runs bash);
+// malformed.jsonl is made up.
+
+// sessionID is the sessionID of the fixture's first line.
+func sessionID(t *testing.T, name string) string {
+	raw, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		SessionID string `json:"sessionID"`
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	if err := json.Unmarshal([]byte(first), &l); err != nil || l.SessionID == "" {
+		t.Fatalf("%s: no sessionID on the first line: %v", name, err)
+	}
+	return l.SessionID
+}
+
 func TestParseTurn(t *testing.T) {
 	g := NewWithT(t)
 	events := parseFile(t, "turn.jsonl")
-	g.Expect(kinds(events, agent.KindSession)).To(ConsistOf(agent.Event{Kind: agent.KindSession, SessionID: "ses_494719016ffe85dkDMj0FPRbHK"}))
+	g.Expect(kinds(events, agent.KindSession)).To(ConsistOf(agent.Event{Kind: agent.KindSession, SessionID: sessionID(t, "turn.jsonl")}))
 	tools := kinds(events, agent.KindToolUse)
-	g.Expect(tools).To(HaveLen(1))
-	g.Expect(tools[0].Tool).To(Equal("bash"))
+	g.Expect(tools).To(HaveLen(2))
+	g.Expect(tools[0].Tool).To(Equal("write"))
+	g.Expect(tools[0].Text).To(ContainSubstring("hello.txt"))
+	g.Expect(tools[1].Tool).To(Equal("bash"))
+	g.Expect(tools[1].Text).To(ContainSubstring("git commit"))
+	// Three steps, one per model request, each at the scripted 1200 in / 300 cached / 80 out,
+	// priced by the provider's model entry (3 and 15 $/Mtok, cache reads 0.3).
 	total := agent.Usage{}
 	for _, e := range kinds(events, agent.KindUsage) {
 		total.Add(*e.Usage)
 	}
-	g.Expect(total.CostUSD).To(BeNumerically("~", 0.006, 1e-9))
-	g.Expect(total).To(Equal(agent.Usage{CostUSD: total.CostUSD, InputTokens: 1600, OutputTokens: 105, CacheReadTokens: 7000}))
+	g.Expect(kinds(events, agent.KindUsage)).To(HaveLen(3))
+	g.Expect(total.CostUSD).To(BeNumerically("~", 3*0.00489, 1e-9))
+	g.Expect(total).To(Equal(agent.Usage{CostUSD: total.CostUSD, InputTokens: 3600, OutputTokens: 240, CacheReadTokens: 900}))
 	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult, Text: "Added hello.txt and committed it."}))
 	g.Expect(kinds(events, agent.KindError)).To(BeEmpty())
+	g.Expect(kinds(events, agent.KindQuestion)).To(BeEmpty())
 }
 
-func TestParseErrorAndRejection(t *testing.T) {
+func TestParseQuestion(t *testing.T) {
+	g := NewWithT(t)
+	// OpenCode retried the scripted 529 without printing anything about it.
+	events := parseFile(t, "retry_question.jsonl")
+	g.Expect(kinds(events, agent.KindError)).To(BeEmpty())
+	g.Expect(kinds(events, agent.KindQuestion)).To(ConsistOf(agent.Event{Kind: agent.KindQuestion,
+		Text: "Should deleted widgets return 404 or 410?"}))
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(HaveField("IsError", false)))
+}
+
+func TestParseRefusedRequest(t *testing.T) {
 	g := NewWithT(t)
 	events := parseFile(t, "error.jsonl")
-	errs := kinds(events, agent.KindError)
-	g.Expect(errs).To(HaveLen(3))
-	g.Expect(errs[0].Denied).To(BeTrue())
-	g.Expect(errs[1].Text).To(Equal("Rate limit exceeded"))
-	g.Expect(errs[2].Text).To(Equal("permission rejected: bash"))
-	res := kinds(events, agent.KindTurnResult)
-	g.Expect(res).To(HaveLen(1))
-	g.Expect(res[0].IsError).To(BeTrue())
+	g.Expect(kinds(events, agent.KindSession)).To(ConsistOf(HaveField("SessionID", sessionID(t, "error.jsonl"))))
+	g.Expect(kinds(events, agent.KindError)).To(ConsistOf(agent.Event{Kind: agent.KindError, Text: "the scripted server refused this request"}))
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult, IsError: true,
+		Text: "the scripted server refused this request"}))
+}
+
+func TestParseRejectedPermission(t *testing.T) {
+	g := NewWithT(t)
+	events := parseFile(t, "rejected.jsonl")
+	g.Expect(kinds(events, agent.KindError)).To(ConsistOf(agent.Event{Kind: agent.KindError, Denied: true,
+		Text: "bash: The user rejected permission to use this specific tool call."}))
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult}))
 }
 
 func TestParseMalformedAndTruncated(t *testing.T) {
