@@ -1,9 +1,13 @@
 # syntax=docker/dockerfile:1
-# The production recipe for Shepherd's images. `make docker-build` builds both targets:
+# The production recipe for Shepherd's images. `make docker-build` builds the first two targets:
 #   docker build --target manager -t shepherd-manager .
 #   docker build --target runner  -t shepherd-runner .
+# and the agent images (the real CLIs pinned in hack/agent-clis.versions, docs/agents.md):
+#   docker build --target agent-claude-code -t shepherd-agent-claude-code .
+#   docker build --target agent-codex       -t shepherd-agent-codex .
+#   docker build --target agent-opencode    -t shepherd-agent-opencode .
 # The local builder (make images-local, for machines without a Docker engine) produces
-# equivalent images; a test checks that both agree on entrypoint, user and paths.
+# equivalent images; a test checks that both agree on entrypoint, user, environment and paths.
 
 FROM golang:1.26 AS builder
 ARG TARGETOS
@@ -27,6 +31,76 @@ RUN apt-get update \
 COPY --from=builder /out/runner /usr/local/bin/shepherd-runner
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/shepherd-runner"]
+
+# The agent CLIs, each installed with npm at the version pinned in hack/agent-clis.versions
+# (`<package> <version> <binary>`) in a Node.js image, then copied without Node.js: all three are
+# native executables. One stage per CLI, so a target installs only its own.
+FROM node:22-bookworm-slim AS claude-code-install
+COPY hack/agent-clis.versions /tmp/agent-clis.versions
+RUN pkg=$(awk '$3 == "claude" { print $1 "@" $2 }' /tmp/agent-clis.versions) \
+ && npm install -g --no-audit --no-fund --include=optional "$pkg" \
+ && mkdir -p /out \
+ && cp -L "$(npm root -g)/@anthropic-ai/claude-code/bin/claude.exe" /out/claude \
+ && /out/claude --version
+
+FROM node:22-bookworm-slim AS codex-install
+COPY hack/agent-clis.versions /tmp/agent-clis.versions
+RUN pkg=$(awk '$3 == "codex" { print $1 "@" $2 }' /tmp/agent-clis.versions) \
+ && npm install -g --no-audit --no-fund --include=optional "$pkg" \
+ && exe=$(find "$(npm root -g)/@openai" -path '*/vendor/*/bin/codex' -type f | head -n 1) \
+ && mkdir -p /out \
+ && cp -a "$(dirname "$(dirname "$exe")")" /out/codex \
+ && /out/codex/bin/codex --version
+
+FROM node:22-bookworm-slim AS opencode-install
+COPY hack/agent-clis.versions /tmp/agent-clis.versions
+RUN pkg=$(awk '$3 == "opencode" { print $1 "@" $2 }' /tmp/agent-clis.versions) \
+ && npm install -g --no-audit --no-fund --include=optional "$pkg" \
+ && mkdir -p /out/opencode-config \
+ && cp -L "$(npm root -g)/opencode-ai/bin/opencode.exe" /out/opencode \
+ && npm install --prefix /out/opencode-config --save-exact --no-audit --no-fund "@opencode-ai/plugin@${pkg##*@}" \
+ && /out/opencode --version
+
+# What every agent image shares: git and bash, a user 65532 ("agent") with a writable home.
+# The runner binary is copied in at start (runner copy-self), as for any agent image.
+FROM debian:bookworm-slim AS agent-base
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 agent \
+ && useradd --uid 65532 --gid 65532 --home-dir /home/agent --create-home --shell /bin/bash --comment "Shepherd agent" agent
+ENV HOME=/home/agent
+WORKDIR /home/agent
+
+# Claude Code, offline but for the model API (ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY come from
+# the Project's agent.env). Non-root, so bypassPermissions works without IS_SANDBOX.
+FROM agent-base AS agent-claude-code
+COPY --from=claude-code-install /out/claude /usr/local/bin/claude
+ENV CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1
+USER 65532:65532
+CMD ["claude", "--version"]
+
+# Codex: the static binary with codex-code-mode-host, codex-path/rg and codex-resources next to
+# it; CODEX_HOME holds the offline config.toml (the model provider comes from agent.extraArgs).
+FROM agent-base AS agent-codex
+COPY --from=codex-install /out/codex /opt/codex
+RUN ln -s /opt/codex/bin/codex /usr/local/bin/codex \
+ && install -d -o 65532 -g 65532 -m 0755 /home/agent/.codex
+COPY --chown=65532:65532 hack/agent-images/codex/config.toml /home/agent/.codex/config.toml
+ENV CODEX_HOME=/home/agent/.codex
+USER 65532:65532
+CMD ["codex", "--version"]
+
+# OpenCode: its config directory holds @opencode-ai/plugin (else OpenCode npm-installs it at
+# every start) and the offline global config; the provider comes from OPENCODE_CONFIG(_CONTENT).
+FROM agent-base AS agent-opencode
+COPY --from=opencode-install /out/opencode /usr/local/bin/opencode
+RUN install -d -o 65532 -g 65532 -m 0755 /home/agent/.config
+COPY --from=opencode-install --chown=65532:65532 /out/opencode-config /home/agent/.config/opencode
+COPY --chown=65532:65532 hack/agent-images/opencode/opencode.json /home/agent/.config/opencode/opencode.json
+ENV XDG_CONFIG_HOME=/home/agent/.config OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 OPENCODE_DISABLE_SHARE=1 OPENCODE_DISABLE_DEFAULT_PLUGINS=1
+USER 65532:65532
+CMD ["opencode", "--version"]
 
 # The manager image: a static binary on distroless, non-root. Last, so a plain `docker build .`
 # builds it.

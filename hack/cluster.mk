@@ -6,6 +6,9 @@ LOCALCLUSTER ?= go run ./hack/localcluster
 # Fake KWOK nodes next to the real node (scale work): make cluster-up KWOK_NODES=100
 KWOK_NODES ?= 0
 E2E_TIMEOUT ?= 40m
+# Images `make images-local` builds (localcluster images --only): empty for the default set
+# (manager, runner, test-agent, claude-code); e.g. IMAGES=all, IMAGES=codex,opencode.
+IMAGES ?=
 E2E_FLAGS ?=
 
 ##@ Local cluster
@@ -27,8 +30,8 @@ cluster-status: ## Show each component of the local cluster and the node.
 	$(LOCALCLUSTER) status
 
 .PHONY: images-local
-images-local: install-deps ## Build the manager, runner and test-agent images without Docker; load them when the cluster runs.
-	$(LOCALCLUSTER) images --load-if-running
+images-local: install-deps ## Build the images without Docker (IMAGES=all adds the Codex and OpenCode agents); load them when the cluster runs.
+	$(LOCALCLUSTER) images --load-if-running $(if $(IMAGES),--only=$(IMAGES))
 
 .PHONY: run-local
 run-local: install-deps manifests ## Cluster up, images loaded, CRDs and the manager deployed, samples applied.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make run-local: the local cluster with Shepherd in it, from a clean clone.
 #   1. the cluster (hack/localcluster up), kept when already running;
-#   2. the manager, runner and test-agent images built without Docker and loaded into containerd;
+#   2. the manager, runner, test-agent and Claude Code agent images built without Docker and loaded
+#      into containerd;
 #   3. CRDs, RBAC and the manager Deployment from config/default (image shepherd-manager:latest);
 #   4. the samples from config/samples;
 # The cluster's default StorageClass (shepherd-local) provisions the controllers' claims.

@@ -67,3 +67,15 @@ func (c *criClient) removeAllPods(ctx context.Context) (int, error) {
 	}
 	return len(pods.GetItems()), errors.Join(errs...)
 }
+
+// imageID is the ID (config digest) of the image ref in containerd's CRI namespace, or "" when
+// it has no such image.
+func (c *criClient) imageID(ctx context.Context, ref string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := criv1.NewImageServiceClient(c.conn).ImageStatus(ctx, &criv1.ImageStatusRequest{Image: &criv1.ImageSpec{Image: ref}})
+	if err != nil {
+		return "", fmt.Errorf("image status of %s: %w", ref, err)
+	}
+	return resp.GetImage().GetId(), nil
+}

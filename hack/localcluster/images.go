@@ -2,8 +2,11 @@ package main
 
 import (
 	"archive/tar"
+	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -66,7 +69,10 @@ type imageSpec struct {
 	// ca-certificates), like the Dockerfile's debian:bookworm-slim + apt-get.
 	DebianBase bool
 	// Base is a first layer of files (distroless's equivalent for static images).
-	Base       []imageFile
+	Base []imageFile
+	// Big is a layer of large files that rarely change (an agent CLI): written once into the
+	// layer cache, keyed by the files' sources, and reused by later builds without reading it.
+	Big        []imageFile
 	Files      []imageFile
 	User       string
 	Entrypoint []string
@@ -162,8 +168,9 @@ func staticBase() []imageFile {
 }
 
 // buildImage assembles the image: the Debian base layer (when the spec wants it), the spec's base
-// files and its own files as layers, then the config. Layers are written gzipped into dir.
-func buildImage(spec imageSpec, debianBase v1.Layer, dir string) (v1.Image, error) {
+// files, its big files and its own files as layers, then the config. Layers are written gzipped
+// into dir; the big layer goes to layerCache (dir when empty) and is reused from there.
+func buildImage(spec imageSpec, debianBase v1.Layer, dir, layerCache string) (v1.Image, error) {
 	img := empty.Image
 	var layers []v1.Layer
 	if spec.DebianBase {
@@ -173,19 +180,31 @@ func buildImage(spec imageSpec, debianBase v1.Layer, dir string) (v1.Image, erro
 		layers = append(layers, debianBase)
 	}
 	short := strings.NewReplacer(":", "-", "/", "-").Replace(spec.Name)
-	for i, files := range [][]imageFile{spec.Base, spec.Files} {
+	for i, files := range [][]imageFile{spec.Base, spec.Big, spec.Files} {
 		if len(files) == 0 {
 			continue
 		}
-		p := filepath.Join(dir, fmt.Sprintf("%s-layer%d.tar.gz", short, i))
-		if err := writeLayer(p, files); err != nil {
-			return nil, fmt.Errorf("layer of %s: %w", spec.Name, err)
+		if i == 1 {
+			if layerCache == "" {
+				layerCache = dir
+			}
+			start := time.Now()
+			l, reused, err := cachedLayer(layerCache, short, files)
+			if err != nil {
+				return nil, fmt.Errorf("layer of %s: %w", spec.Name, err)
+			}
+			if !reused {
+				logf("layer of %s written to %s in %s (%d MB)", spec.Name, l.path, since(start), l.meta.Size>>20)
+			}
+			layers = append(layers, l)
+			continue
 		}
-		l, err := tarball.LayerFromFile(p)
+		p := filepath.Join(dir, fmt.Sprintf("%s-layer%d.tar.gz", short, i))
+		m, err := writeLayer(p, files)
 		if err != nil {
 			return nil, fmt.Errorf("layer of %s: %w", spec.Name, err)
 		}
-		layers = append(layers, l)
+		layers = append(layers, &fileLayer{path: p, meta: m})
 	}
 	img, err := mutate.AppendLayers(img, layers...)
 	if err != nil {
@@ -208,22 +227,26 @@ func buildImage(spec imageSpec, debianBase v1.Layer, dir string) (v1.Image, erro
 	return mutate.ConfigFile(img, cf)
 }
 
-// writeLayer writes files (and their missing parent directories) as a gzipped tar.
-func writeLayer(p string, files []imageFile) (err error) {
+// writeLayer writes files (and their missing parent directories) as a gzipped tar and returns
+// its digests (computed while writing: nothing is read back).
+func writeLayer(p string, files []imageFile) (m layerMeta, err error) {
 	f, err := os.Create(p)
 	if err != nil {
-		return err
+		return m, err
 	}
 	defer func() {
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 	}()
-	gz, err := gzip.NewWriterLevel(f, gzip.BestSpeed)
+	bw := bufio.NewWriterSize(f, 1<<20)
+	compressed, uncompressed := sha256.New(), sha256.New()
+	counter := &countingWriter{}
+	gz, err := gzip.NewWriterLevel(io.MultiWriter(bw, compressed, counter), gzip.BestSpeed)
 	if err != nil {
-		return err
+		return m, err
 	}
-	tw := tar.NewWriter(gz)
+	tw := tar.NewWriter(io.MultiWriter(gz, uncompressed))
 	seen := map[string]bool{}
 	for _, file := range files {
 		rel := strings.TrimPrefix(path.Clean(file.Path), "/")
@@ -236,7 +259,7 @@ func writeLayer(p string, files []imageFile) (err error) {
 			}
 			seen[d] = true
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: layerEpoch, Format: tar.FormatPAX}); err != nil {
-				return err
+				return m, err
 			}
 		}
 		h := &tar.Header{Name: rel, Mode: file.Mode, Uid: file.UID, Gid: file.GID, ModTime: layerEpoch, Format: tar.FormatPAX}
@@ -257,13 +280,26 @@ func writeLayer(p string, files []imageFile) (err error) {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("add %s: %w", file.Path, err)
+			return m, fmt.Errorf("add %s: %w", file.Path, err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return m, err
 	}
-	return gz.Close()
+	if err := gz.Close(); err != nil {
+		return m, err
+	}
+	if err := bw.Flush(); err != nil {
+		return m, err
+	}
+	return layerMeta{Digest: hexHash(compressed), DiffID: hexHash(uncompressed), Size: counter.n}, nil
+}
+
+type countingWriter struct{ n int64 }
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	c.n += int64(len(b))
+	return len(b), nil
 }
 
 func writeTarFile(tw *tar.Writer, h *tar.Header, src string) error {
@@ -284,17 +320,71 @@ func writeTarFile(tw *tar.Writer, h *tar.Header, src string) error {
 	return err
 }
 
-// writeArchive writes a docker-archive tarball (what `ctr images import` reads), atomically.
-func writeArchive(p, ref string, img v1.Image) error {
+// archiveStamp is an archive's sidecar (<archive>.json): which image it holds, and the archive
+// file's size and modification time when it was written.
+type archiveStamp struct {
+	Ref     string `json:"ref"`
+	Digest  string `json:"digest"` // the image's manifest digest
+	ImageID string `json:"imageID"`
+	Size    int64  `json:"size"`
+	ModTime int64  `json:"modTime"`
+}
+
+// writeArchive writes a docker-archive tarball (what `ctr images import` reads), atomically,
+// unless the archive already holds this image (by its sidecar): an unchanged 500 MB agent image
+// is not copied again. It reports whether it wrote.
+func writeArchive(p, ref string, img v1.Image) (bool, error) {
 	tag, err := name.NewTag(ref)
 	if err != nil {
-		return fmt.Errorf("image name %q: %w", ref, err)
+		return false, fmt.Errorf("image name %q: %w", ref, err)
 	}
+	digest, err := img.Digest()
+	if err != nil {
+		return false, err
+	}
+	id, err := img.ConfigName()
+	if err != nil {
+		return false, err
+	}
+	want := archiveStamp{Ref: ref, Digest: digest.String(), ImageID: id.String()}
+	if st, err := os.Stat(p); err == nil {
+		var have archiveStamp
+		if raw, err := os.ReadFile(p + ".json"); err == nil && json.Unmarshal(raw, &have) == nil {
+			want.Size, want.ModTime = st.Size(), st.ModTime().UnixNano()
+			if have == want {
+				return false, nil
+			}
+		}
+	}
+	_ = os.Remove(p + ".json")
 	tmp := p + ".tmp"
 	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
+		_ = os.Remove(tmp)
+		return false, fmt.Errorf("write %s: %w", p, err)
 	}
-	return os.Rename(tmp, p)
+	if err := os.Rename(tmp, p); err != nil {
+		return false, err
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return false, err
+	}
+	want.Size, want.ModTime = st.Size(), st.ModTime().UnixNano()
+	raw, err := json.Marshal(want)
+	if err != nil {
+		return false, err
+	}
+	return true, os.WriteFile(p+".json", raw, 0o644)
+}
+
+// readArchiveStamp returns what writeArchive recorded about an archive.
+func readArchiveStamp(p string) (archiveStamp, error) {
+	var s archiveStamp
+	raw, err := os.ReadFile(p + ".json")
+	if err != nil {
+		return s, err
+	}
+	return s, json.Unmarshal(raw, &s)
 }
 
 // importArchive loads an image archive into the cluster's containerd, in the namespace the CRI
@@ -352,23 +442,27 @@ func archiveName(ref string) string {
 	return strings.NewReplacer(":", "_", "/", "_").Replace(ref) + ".tar"
 }
 
-// cmdImages builds the archives of the manager, runner and test-agent images (and the pause
-// image), and imports them into the running cluster with --load.
+// imageKeys are the images `images --only` takes, in build order; defaultImages what it builds
+// without --only: everything the e2e suite and run-local use. The Codex and OpenCode agent images
+// (~500 MB and ~300 MB) are built when asked for.
+var (
+	imageKeys     = []string{"manager", "runner", "test-agent", "claude-code", "codex", "opencode"}
+	defaultImages = "manager,runner,test-agent,claude-code"
+)
+
+// cmdImages builds the archives of the requested images (and the pause image), and imports them
+// into the running cluster with --load.
 func cmdImages(ctx context.Context, g globals, args []string) error {
 	fs := flag.NewFlagSet("images", flag.ContinueOnError)
 	load := fs.Bool("load", false, "Import the images into the running cluster's containerd (fails when it does not run).")
 	loadIfRunning := fs.Bool("load-if-running", false, "Import the images when the cluster runs; only build them otherwise.")
-	only := fs.String("only", "manager,runner,test-agent", "Comma-separated images to build: manager, runner, test-agent.")
+	only := fs.String("only", defaultImages, "Comma-separated images to build: "+strings.Join(imageKeys, ", ")+", or all.")
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err.Error()}
 	}
-	want := map[string]bool{}
-	for _, w := range strings.Split(*only, ",") {
-		w = strings.TrimSpace(w)
-		if !slices.Contains([]string{"manager", "runner", "test-agent"}, w) {
-			return usageErr{fmt.Sprintf("--only: unknown image %q (want manager, runner, test-agent)", w)}
-		}
-		want[w] = true
+	want, err := parseOnly(*only)
+	if err != nil {
+		return err
 	}
 	l := newLayout(g.runDir)
 	if *loadIfRunning {
@@ -386,6 +480,7 @@ func cmdImages(ctx context.Context, g globals, args []string) error {
 			return fmt.Errorf("--load: the cluster's containerd is not running in %s (run `make cluster-up`)", g.runDir)
 		}
 	}
+	start := time.Now()
 	archives, err := buildImages(ctx, g, want)
 	if err != nil {
 		return err
@@ -394,17 +489,58 @@ func cmdImages(ctx context.Context, g globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	logf("images built in %s", since(start))
 	if !*load {
 		return nil
 	}
+	cri, err := dialCRI(l.containerdSock())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cri.Close() }()
+	start = time.Now()
 	for _, a := range append(archives, pause.archive) {
-		start := time.Now()
+		if stamp, err := readArchiveStamp(a); err == nil {
+			if id, err := cri.imageID(ctx, stamp.Ref); err == nil && id == stamp.ImageID {
+				logf("%s is already in the cluster (%s)", stamp.Ref, shortID(id))
+				continue
+			}
+		}
+		t := time.Now()
 		if err := importArchive(ctx, l.containerdSock(), a); err != nil {
 			return err
 		}
-		logf("loaded %s into the cluster in %s", filepath.Base(a), since(start))
+		logf("loaded %s into the cluster in %s", filepath.Base(a), since(t))
 	}
+	logf("images loaded in %s", since(start))
 	return nil
+}
+
+// parseOnly reads --only: a comma-separated list of imageKeys, or "all".
+func parseOnly(only string) (map[string]bool, error) {
+	want := map[string]bool{}
+	for _, w := range strings.Split(only, ",") {
+		w = strings.TrimSpace(w)
+		switch {
+		case w == "all":
+			for _, k := range imageKeys {
+				want[k] = true
+			}
+		case slices.Contains(imageKeys, w):
+			want[w] = true
+		default:
+			return nil, usageErr{fmt.Sprintf("--only: unknown image %q (want %s, or all)", w, strings.Join(imageKeys, ", "))}
+		}
+	}
+	return want, nil
+}
+
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
 
 func buildImages(ctx context.Context, g globals, want map[string]bool) ([]string, error) {
@@ -413,14 +549,16 @@ func buildImages(ctx context.Context, g globals, want map[string]bool) ([]string
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return nil, err
 	}
-	var debian v1.Layer
-	if want["runner"] || want["test-agent"] {
+	agents := slices.ContainsFunc(agentImageDefs, func(d agentImageDef) bool { return want[d.Key] })
+	var debian *fileLayer
+	if want["runner"] || want["test-agent"] || agents {
 		p, err := ensureDebianBase(ctx, g.cacheDir)
 		if err != nil {
 			return nil, err
 		}
 		start := time.Now()
-		if debian, err = tarball.LayerFromFile(p); err != nil {
+		// The agent images extend the base's passwd and group; read them with the digests.
+		if debian, err = openLayer(p, "etc/passwd", "etc/group"); err != nil {
 			return nil, fmt.Errorf("read the Debian base %s: %w", p, err)
 		}
 		logf("Debian base layer %s read in %s", filepath.Base(p), since(start))
@@ -458,18 +596,51 @@ func buildImages(ctx context.Context, g globals, want map[string]bool) ([]string
 		}
 		specs = append(specs, testAgentSpec(bins))
 	}
+	if agents {
+		clis, err := ensureAgentCLIs(ctx, g.repo, g.cacheDir)
+		if err != nil {
+			return nil, err
+		}
+		in := agentInputs{Repo: g.repo, CLIs: clis, CLIDir: cliDir(g.cacheDir),
+			Passwd: debian.meta.Files["etc/passwd"], Group: debian.meta.Files["etc/group"]}
+		if want["opencode"] {
+			if in.OpenCodePlugin, err = ensureOpenCodePlugin(ctx, g.cacheDir, clis["opencode"].Version); err != nil {
+				return nil, err
+			}
+		}
+		for _, d := range agentImageDefs {
+			if !want[d.Key] {
+				continue
+			}
+			s, err := agentSpec(d.Key, in)
+			if err != nil {
+				return nil, err
+			}
+			specs = append(specs, s)
+		}
+	}
 	var archives []string
+	layerCache := filepath.Join(g.cacheDir, "images", "layers")
 	for _, s := range specs {
 		start := time.Now()
-		img, err := buildImage(s, debian, binDir)
+		var base v1.Layer
+		if debian != nil {
+			base = debian
+		}
+		img, err := buildImage(s, base, binDir, layerCache)
 		if err != nil {
 			return nil, err
 		}
 		a := filepath.Join(outDir, archiveName(s.Name))
-		if err := writeArchive(a, s.Name, img); err != nil {
+		wrote, err := writeArchive(a, s.Name, img)
+		if err != nil {
 			return nil, err
 		}
-		logf("image %s written to %s in %s", s.Name, a, since(start))
+		if wrote {
+			logf("image %s written to %s in %s", s.Name, a, since(start))
+		} else {
+			logf("image %s unchanged: %s kept (%s)", s.Name, a, since(start))
+		}
 		archives = append(archives, a)
 	}
 	return archives, nil

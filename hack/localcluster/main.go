@@ -7,7 +7,7 @@
 //	localcluster down                                 stop everything, unmount, delete the run dir
 //	localcluster status                               each component and the node; exit 1 unless all run
 //	localcluster env                                  prints `export KUBECONFIG=...`
-//	localcluster images [--load] [--only a,b]         build the image archives; --load imports them
+//	localcluster images [--load] [--only a,b|all]     build the image archives; --load imports them
 //	localcluster provisioner --kubeconfig F --volumes-dir D   the volume provisioner (`up` starts it)
 //
 // Every component runs detached (its own session) so it outlives this command; its log and pid
@@ -33,7 +33,8 @@ commands:
   down     stop every component, remove the pods' sandboxes, unmount, delete the run directory
   status   show each component; exit status 1 unless all are running and healthy
   env      print "export KUBECONFIG=..." for the running cluster
-  images   build the manager, runner, test-agent and pause images; --load imports them
+  images   build the manager, runner, test-agent, agent (claude-code; codex, opencode with --only)
+           and pause images; --load imports them
   provisioner  the volume provisioner of StorageClass shepherd-local (up starts it)
 
 global flags:

@@ -89,11 +89,11 @@ func ensurePauseImage(ctx context.Context, cacheDir string) (pauseImage, error) 
 	if err != nil {
 		return p, fmt.Errorf("gcc -static pause.c (install gcc and libc6-dev: hack/install-deps.sh): %w: %s", err, out)
 	}
-	img, err := buildImage(pauseSpec(p.name, bin), nil, work)
+	img, err := buildImage(pauseSpec(p.name, bin), nil, work, "")
 	if err != nil {
 		return p, err
 	}
-	if err := writeArchive(p.archive, p.name, img); err != nil {
+	if _, err := writeArchive(p.archive, p.name, img); err != nil {
 		return p, err
 	}
 	logf("pause image %s built from pause.c", p.name)

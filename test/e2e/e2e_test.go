@@ -238,6 +238,10 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		Expect(volumeDir(c, pv)).NotTo(BeAnExistingFile())
 	})
 
+	It("runs the real Claude Code from its agent image as uid 65532, which commits, and the runner pushes", func() {
+		claudeCodeSession(ctx, c)
+	})
+
 	It("tears the cluster down cleanly", func() {
 		By("leaving a volume mounted by a running pod, which down must unmount and delete")
 		ns := restrictedNamespace(ctx, c, "e2e-teardown-")
