@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -69,6 +70,8 @@ type sessionScope struct {
 	nodeLost bool
 	decision *lifecycle.Decision
 	requeue  time.Duration
+	// removePod is the agent pod to delete once the decision is written.
+	removePod *corev1.Pod
 }
 
 // Reconcile follows the fixed shape. The lifecycle decision is computed in the steps; the defer
@@ -79,12 +82,23 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			r.Hub.Forget(req.NamespacedName)
 			r.Reports.Forget(req.NamespacedName)
+			if r.Deliveries != nil {
+				r.Deliveries.forget(req.NamespacedName)
+			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !sess.DeletionTimestamp.IsZero() {
-		// The pod and the session's own Worktree carry owner references; garbage collection
-		// removes them (the Worktree's finalizer still protects unpushed commits).
+		// Deletion cleanup is the garbage collector's, on purpose: the agent pod and the
+		// session's own Worktree carry a controller owner reference with blockOwnerDeletion, so
+		// the collector removes them with the session (foreground or background), and the
+		// Worktree's finalizer still refuses to drop unpushed commits. A Worktree named by
+		// spec.worktreeRef is not owned and stays. The session carries no finalizer of its own,
+		// so deleting it never waits on a manager that is down; what it held in memory (the
+		// forge watch, the runner's report, notification results) is dropped here or when the
+		// session is gone, and the sessions queued behind it are woken by the session watch.
+		// (envtest runs no garbage collector: the suite checks the owner references and plays
+		// the collector.)
 		r.Hub.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
@@ -94,10 +108,14 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	defer func() {
 		r.setStatus(ctx, s, recErr)
 		if err := patchStatus(ctx, r.Client, orig, sess); err != nil {
-			retErr = errors.Join(recErr, err)
+			res, retErr = statusWriteFailed(recErr, err)
 			return
 		}
 		r.afterWrite(ctx, s, orig)
+		if err := r.removePod(ctx, s); err != nil {
+			res, retErr = ctrl.Result{}, errors.Join(recErr, err)
+			return
+		}
 		requeue := s.requeue
 		if s.decision != nil && s.decision.RequeueAfter > 0 && (requeue == 0 || s.decision.RequeueAfter < requeue) {
 			requeue = s.decision.RequeueAfter
@@ -150,7 +168,7 @@ func (r *AgentSessionReconciler) resolveProject(ctx context.Context, s *sessionS
 // first (by creation time, then name, so every replica computes the same order).
 func (r *AgentSessionReconciler) admit(ctx context.Context, s *sessionScope) error {
 	st := s.sess.Status
-	if st.AdmittedTime != nil && (st.Phase != agentsv1alpha1.PhaseStopped || s.sess.Spec.State == agentsv1alpha1.SessionStopped) {
+	if holdsSlot(s.sess) || st.AdmittedTime != nil && s.sess.Spec.State == agentsv1alpha1.SessionStopped {
 		s.admitted = true
 		return nil
 	}
@@ -172,7 +190,9 @@ func (r *AgentSessionReconciler) admit(ctx context.Context, s *sessionScope) err
 	return nil
 }
 
-// admitted is the queue rule. Pure.
+// admitted is the queue rule. Pure. A session holds a slot from its admission until it stops or
+// ends; the others wait in one queue, oldest first: new sessions, and stopped sessions set
+// Running again (they were admitted once, and queue again like anyone else).
 func admitted(me *agentsv1alpha1.AgentSession, all []agentsv1alpha1.AgentSession, limit int) bool {
 	live := 0
 	var queued []*agentsv1alpha1.AgentSession
@@ -181,11 +201,10 @@ func admitted(me *agentsv1alpha1.AgentSession, all []agentsv1alpha1.AgentSession
 		if o.UID == me.UID || !o.DeletionTimestamp.IsZero() {
 			continue
 		}
-		holdsSlot := o.Status.AdmittedTime != nil && !o.Status.Phase.IsTerminal() && o.Spec.State != agentsv1alpha1.SessionStopped
 		switch {
-		case holdsSlot:
+		case holdsSlot(o):
 			live++
-		case o.Status.AdmittedTime == nil && o.Spec.State != agentsv1alpha1.SessionStopped && !o.Status.Phase.IsTerminal():
+		case waitsForSlot(o):
 			queued = append(queued, o)
 		}
 	}
@@ -203,6 +222,29 @@ func admitted(me *agentsv1alpha1.AgentSession, all []agentsv1alpha1.AgentSession
 		}
 	}
 	return false
+}
+
+// holdsSlot: the session was admitted and has neither stopped, ended, nor gone back to the queue.
+func holdsSlot(s *agentsv1alpha1.AgentSession) bool {
+	p := s.Status.Phase
+	return s.Status.AdmittedTime != nil && s.Spec.State != agentsv1alpha1.SessionStopped &&
+		p != agentsv1alpha1.PhaseQueued && !p.IsTerminal()
+}
+
+// waitsForSlot: the session wants to run and holds no slot: new, queued, or being restored.
+func waitsForSlot(s *agentsv1alpha1.AgentSession) bool {
+	if s.Spec.State == agentsv1alpha1.SessionStopped || holdsSlot(s) {
+		return false
+	}
+	switch p := s.Status.Phase; p {
+	case agentsv1alpha1.PhaseQueued, "":
+		return true
+	case agentsv1alpha1.PhaseStopped:
+		// Set Running again: it is restored through the queue.
+		return true
+	default:
+		return s.Status.AdmittedTime == nil && !p.IsTerminal()
+	}
 }
 
 // connect reaches the forge. Its failure does not stop the session: the agent can work while the
@@ -386,20 +428,29 @@ func pollInterval(p *agentsv1alpha1.Project) time.Duration {
 	return time.Minute
 }
 
-// reconcilePod keeps the agent pod in step with the decision: running while the session is live,
-// recreated when it was lost (a restore), removed when the session stops or ends.
+// reconcilePod keeps the agent pod in step with the decision. It creates the pod when the
+// lifecycle spawns the agent (a new session, a restore, an agent whose pod was declared lost
+// after the grace), or when messages wait for an agent that is gone (an agent that exited while
+// its pull request is open is restored by the next message for it). A pod that vanished is not
+// replaced before the grace has run out: until then the lifecycle holds the phase.
+//
+// Removing a pod destroys evidence (the runner's exit report is only believed for the current
+// pod, the container's state goes with it), so a pod is only marked here and deleted after the
+// decision that calls for it has been written (removePod), never on the strength of a decision
+// the API server may still refuse.
 func (r *AgentSessionReconciler) reconcilePod(ctx context.Context, s *sessionScope) error {
 	d := s.decision
-	wantPod := s.admitted && s.sess.Spec.State != agentsv1alpha1.SessionStopped && !d.Phase.IsTerminal() &&
+	live := s.admitted && s.sess.Spec.State != agentsv1alpha1.SessionStopped && !d.Phase.IsTerminal() &&
 		d.Phase != agentsv1alpha1.PhaseQueued && s.wtFound
+	needAgent := d.Phase == agentsv1alpha1.PhaseSpawning || messagesWaiting(s.sess.Status.Messages, d.Outbox)
 	if s.pod != nil {
 		finished := s.pod.Status.Phase == corev1.PodSucceeded || s.pod.Status.Phase == corev1.PodFailed
-		if !wantPod || (finished && d.Restored) {
-			return r.deletePod(ctx, s.pod)
+		if !live || (finished && needAgent) {
+			s.removePod = s.pod
 		}
 		return nil
 	}
-	if !wantPod {
+	if !live || !needAgent {
 		return nil
 	}
 	if s.worktree.Status.Phase == agentsv1alpha1.WorktreeFailed || s.worktree.Status.Phase == agentsv1alpha1.WorktreeRemoving ||
@@ -414,12 +465,36 @@ func (r *AgentSessionReconciler) reconcilePod(ctx context.Context, s *sessionSco
 	if err := controllerutil.SetControllerReference(s.sess, pod, r.Scheme); err != nil {
 		return fmt.Errorf("own agent pod: %w", err)
 	}
-	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.Client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the cache had not seen it yet
+		}
 		return fmt.Errorf("create agent pod: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Created agent pod", "pod", klogRef(pod), "image", pod.Spec.Containers[0].Image)
 	s.pod = pod
 	return nil
+}
+
+// messagesWaiting reports whether messages wait for the agent once the decision is applied.
+func messagesWaiting(m agentsv1alpha1.MessagesStatus, outbox []agentsv1alpha1.OutboxMessage) bool {
+	if len(outbox) > 0 {
+		return true
+	}
+	for _, p := range m.Pending {
+		if !slices.Contains(m.Delivered, p.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// removePod deletes the pod reconcilePod marked, once the decision is written.
+func (r *AgentSessionReconciler) removePod(ctx context.Context, s *sessionScope) error {
+	if s.removePod == nil {
+		return nil
+	}
+	return r.deletePod(ctx, s.removePod)
 }
 
 func (r *AgentSessionReconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
@@ -467,12 +542,34 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Our own status writes are not news: only spec, annotation and deletion changes are.
 		For(&agentsv1alpha1.AgentSession{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&corev1.Pod{}).
+		// A session that stops, ends, is admitted or goes away may free a slot: its Project's
+		// queued sessions look again.
+		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(r.queuedSessions), builder.WithPredicates(sessionPhaseChanged())).
 		Watches(&agentsv1alpha1.Worktree{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForWorktree), builder.WithPredicates(worktreePhaseChanged())).
 		// A Project's status changes with every session it counts; only its spec matters here.
 		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForProject), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
 		Named("agentsession").
 		Complete(r)
+}
+
+// queuedSessions maps a session to the other sessions of its Project that wait for a slot.
+func (r *AgentSessionReconciler) queuedSessions(ctx context.Context, o client.Object) []reconcile.Request {
+	sess, ok := o.(*agentsv1alpha1.AgentSession)
+	if !ok {
+		return nil
+	}
+	var list agentsv1alpha1.AgentSessionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(sess.Namespace), client.MatchingFields{indexProject: sess.Spec.ProjectRef.Name}); err != nil {
+		return nil
+	}
+	waiting := list.Items[:0]
+	for i := range list.Items {
+		if list.Items[i].Name != sess.Name && waitsForSlot(&list.Items[i]) {
+			waiting = append(waiting, list.Items[i])
+		}
+	}
+	return requestsFor(waiting)
 }
 
 func (r *AgentSessionReconciler) sessionsForWorktree(ctx context.Context, o client.Object) []reconcile.Request {

@@ -49,6 +49,10 @@ func podEvidence(pod *corev1.Pod, nodeLost bool) lifecycle.PodEvidence {
 		case cs.State.Running != nil:
 			ev.ContainerRunning = true
 		case cs.State.Waiting != nil:
+			if cs.State.Waiting.Reason == "PodInitializing" && ev.WaitingReason != "" {
+				// The agent waits for the init containers: what holds them up is the news.
+				break
+			}
 			ev.WaitingReason, ev.WaitingMessage = cs.State.Waiting.Reason, cs.State.Waiting.Message
 		case cs.State.Terminated != nil:
 			t := cs.State.Terminated
@@ -61,7 +65,9 @@ func podEvidence(pod *corev1.Pod, nodeLost bool) lifecycle.PodEvidence {
 // runnerEvidence turns the merged runner report into evidence. Reports from another pod than
 // the current one still count (the lifecycle compares PodUID).
 func runnerEvidence(r SessionReport, ok bool) lifecycle.RunnerEvidence {
-	if !ok || (r.Activity == nil && r.Agent == (SessionReport{}).Agent && r.PullRequest == nil) {
+	if !ok || (r.Activity == nil && r.Agent == (SessionReport{}).Agent) {
+		// Nothing from a runner yet (at most the pull request it asked the manager to open):
+		// not a report, or a pod that runs without one would count as reporting.
 		ev := lifecycle.RunnerEvidence{}
 		if ok && r.PullRequest != nil {
 			ev.PullRequestNumber = r.PullRequest.Number

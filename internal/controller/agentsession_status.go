@@ -19,6 +19,9 @@ import (
 // setStatus writes the decision and the controller's own bookkeeping onto the status.
 func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, err error) {
 	st := &s.sess.Status
+	if r.Deliveries != nil {
+		r.Deliveries.settle(s.key, st.Notifications, time.Now())
+	}
 	if s.decision != nil {
 		lifecycle.Apply(st, *s.decision)
 		queueNotifications(st, s.project, notificationsOf(s.decision, r.now()))
@@ -206,11 +209,12 @@ func (r *AgentSessionReconciler) dispatch(ctx context.Context, s *sessionScope) 
 
 func (r *AgentSessionReconciler) enqueue(ctx context.Context, s *sessionScope, n agentsv1alpha1.PendingNotification, route string) {
 	key := jobKey(s.key, n.ID, route)
-	if r.Notifier.Pending(key) {
+	if r.Deliveries == nil || r.Notifier.Pending(key) || !r.Deliveries.claim(s.key, n.ID, route) {
 		return
 	}
 	sender, err := r.senderFor(ctx, s.project, route)
 	if err != nil {
+		r.Deliveries.release(key)
 		ctrl.LoggerFrom(ctx).Error(err, "Cannot build the notification sender", "route", route)
 		return
 	}
@@ -222,11 +226,15 @@ func (r *AgentSessionReconciler) enqueue(ctx context.Context, s *sessionScope, n
 	if pr := s.sess.Status.PullRequest; pr != nil {
 		prURL = pr.URL
 	}
-	r.Notifier.Enqueue(notify.Job{Key: key, Route: route, Sender: sender, Notification: notify.Notification{
+	queued := r.Notifier.Enqueue(notify.Job{Key: key, Route: route, Sender: sender, Notification: notify.Notification{
 		ID: s.sess.Namespace + "/" + s.sess.Name + "/" + n.ID, Type: n.Type, Priority: n.Priority, Reason: n.Reason,
 		Message: n.Message, Namespace: s.sess.Namespace, Session: s.sess.Name, Project: s.project.Name,
 		PullRequestURL: prURL, Time: created,
 	}})
+	if !queued {
+		// The queue is full: the notification stays listed and a later reconcile tries again.
+		r.Deliveries.release(key)
+	}
 }
 
 func metaTime(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }

@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/gomega"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -34,12 +33,6 @@ func project(ns, full string) *ProjectBuilder {
 	})
 }
 
-func get[T client.Object](ns, name string, obj T) T {
-	GinkgoHelper()
-	Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)).To(Succeed())
-	return obj
-}
-
 func sessionPhase(ns, name string) func() agentsv1alpha1.SessionPhase {
 	return func() agentsv1alpha1.SessionPhase {
 		s := &agentsv1alpha1.AgentSession{}
@@ -47,15 +40,6 @@ func sessionPhase(ns, name string) func() agentsv1alpha1.SessionPhase {
 			return ""
 		}
 		return s.Status.Phase
-	}
-}
-
-func condition(obj client.Object, conds func() []metav1.Condition, typ string) func() *metav1.Condition {
-	return func() *metav1.Condition {
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-			return nil
-		}
-		return meta.FindStatusCondition(conds(), typ)
 	}
 }
 
@@ -139,8 +123,9 @@ func waitPod(ns, name string) *corev1.Pod {
 // fakeRunner plays the runner over the real channel, with a real token bound to its pod.
 type fakeRunner struct {
 	*runnerapi.Client
-	pod *corev1.Pod
-	seq uint64
+	pod  *corev1.Pod
+	seq  uint64
+	task *runnerapi.Task
 }
 
 func startRunner(ns, session, projectName string) *fakeRunner {
@@ -152,20 +137,36 @@ func startRunner(ns, session, projectName string) *fakeRunner {
 
 func connectRunner(pod *corev1.Pod, projectName string) *fakeRunner {
 	GinkgoHelper()
+	r, err := connectRunnerE(pod, projectName)
+	Expect(err).NotTo(HaveOccurred())
+	return r
+}
+
+// connectRunnerE makes a token bound to pod, as the kubelet projects it, and fetches the task.
+func connectRunnerE(pod *corev1.Pod, projectName string) (*fakeRunner, error) {
 	tr, err := clientset.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, projectName+"-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
 		Audiences: []string{runnerapi.Audience}, ExpirationSeconds: ptr.To[int64](600),
 		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
 	}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		return nil, err
+	}
 	f := filepath.Join(GinkgoT().TempDir(), "token")
-	Expect(os.WriteFile(f, []byte(tr.Status.Token), 0o600)).To(Succeed())
+	if err := os.WriteFile(f, []byte(tr.Status.Token), 0o600); err != nil {
+		return nil, err
+	}
 	c, err := runnerapi.NewClient("http://"+mgr.runnerAddr, f, "")
-	Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		return nil, err
+	}
 	r := &fakeRunner{Client: c, pod: pod}
 	task, err := c.Task(ctx)
-	Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		return nil, err
+	}
 	r.seq = task.LastSequence
-	return r
+	r.task = task
+	return r, nil
 }
 
 func (r *fakeRunner) report(state agentsv1alpha1.ActivityState, mutate ...func(*runnerapi.Report)) {

@@ -20,17 +20,38 @@ import (
 // here and the next reconcile removes the delivered route from the entry. A manager restart
 // re-sends what is still listed, with the same delivery id.
 
-// deliveryResults collects the dispatcher's results until the sessions' reconciles consume them,
-// and keeps per-route statistics for the Projects' status.
+// deliveryResults collects the dispatcher's results until the sessions' status shows them, and
+// keeps per-route statistics for the Projects' status.
+//
+// A result is kept while a session read from the cache may still list its (notification, route):
+// a copy older than the write that removed it, or even older than the write that added it (a
+// fast receiver answers before the cache shows the new entry). A reconcile working from such a
+// copy must not send it again. So a result is forgotten only once the session no longer lists it
+// and resultTTL has passed, far longer than any cache lag.
 type deliveryResults struct {
 	mu      sync.Mutex
-	results map[string]error // job key → nil (delivered) or the final error
-	routes  map[routeKey]*routeStats
+	results map[types.NamespacedName]map[string]deliveryResult // session → "id/route" → result
+	// inflight holds the job keys handed to the dispatcher and not answered yet. It is set before
+	// the job is queued and cleared with its result under one lock, so that no reconcile sees a
+	// delivery as neither in flight nor done (and sends it twice).
+	inflight map[string]bool
+	routes   map[routeKey]*routeStats
 	// onSession is called with the session a result belongs to, to reconcile it.
 	onSession func(types.NamespacedName)
+	// onProject is called when a route starts or stops failing, to reconcile its Project.
+	onProject func(types.NamespacedName)
 }
 
 type routeKey struct{ namespace, project, route string }
+
+// deliveryResult is the outcome of one delivery: nil (delivered) or the final error.
+type deliveryResult struct {
+	err error
+	at  time.Time
+}
+
+// resultTTL is how long a finished delivery is remembered once no session lists it.
+const resultTTL = 10 * time.Minute
 
 type routeStats struct {
 	delivered, failed int64
@@ -39,57 +60,124 @@ type routeStats struct {
 	lastSuccess       time.Time
 }
 
+func (st *routeStats) failing() bool { return st.lastFailure.After(st.lastSuccess) }
+
 func newDeliveryResults() *deliveryResults {
-	return &deliveryResults{results: map[string]error{}, routes: map[routeKey]*routeStats{}}
+	return &deliveryResults{results: map[types.NamespacedName]map[string]deliveryResult{}, inflight: map[string]bool{}, routes: map[routeKey]*routeStats{}}
 }
 
 // jobKey names one delivery: the session, the notification and the route.
 func jobKey(session types.NamespacedName, id, route string) string {
-	return session.Namespace + "/" + session.Name + "/" + id + "/" + route
+	return session.Namespace + "/" + session.Name + "/" + deliveryKey(id, route)
 }
 
-func parseJobKey(k string) (types.NamespacedName, bool) {
-	parts := strings.SplitN(k, "/", 4)
-	if len(parts) != 4 {
-		return types.NamespacedName{}, false
+// deliveryKey names one delivery within a session.
+func deliveryKey(id, route string) string { return id + "/" + route }
+
+func parseJobKey(k string) (types.NamespacedName, string, bool) {
+	parts := strings.SplitN(k, "/", 3)
+	if len(parts) != 3 {
+		return types.NamespacedName{}, "", false
 	}
-	return types.NamespacedName{Namespace: parts[0], Name: parts[1]}, true
+	return types.NamespacedName{Namespace: parts[0], Name: parts[1]}, parts[2], true
 }
 
 // record is the dispatcher's OnResult.
 func (d *deliveryResults) record(project string, res notify.Result) {
+	sess, delivery, ok := parseJobKey(res.Job.Key)
+	if errors.Is(res.Err, context.Canceled) {
+		// The manager is stopping: not a result. The notification stays listed and is sent
+		// again by the next leader.
+		d.release(res.Job.Key)
+		return
+	}
+	now := time.Now()
 	d.mu.Lock()
-	d.results[res.Job.Key] = res.Err
-	sess, ok := parseJobKey(res.Job.Key)
+	delete(d.inflight, res.Job.Key)
+	if ok {
+		if d.results[sess] == nil {
+			d.results[sess] = map[string]deliveryResult{}
+		}
+		d.results[sess][delivery] = deliveryResult{err: res.Err, at: now}
+	}
 	rk := routeKey{sess.Namespace, project, res.Job.Route}
 	st := d.routes[rk]
 	if st == nil {
 		st = &routeStats{}
 		d.routes[rk] = st
 	}
-	now := time.Now()
+	wasFailing := st.failing()
 	if res.Err == nil {
 		st.delivered++
 		st.lastSuccess = now
-	} else if !errors.Is(res.Err, context.Canceled) {
+	} else {
 		st.failed++
 		st.lastErr, st.lastFailure = res.Err.Error(), now
 	}
+	flipped := st.failing() != wasFailing
 	d.mu.Unlock()
 	if ok && d.onSession != nil {
 		d.onSession(sess)
 	}
+	if flipped && d.onProject != nil {
+		d.onProject(types.NamespacedName{Namespace: sess.Namespace, Name: project})
+	}
 }
 
-// take returns and forgets the result of a job, if there is one.
-func (d *deliveryResults) take(key string) (error, bool) {
+// claim marks a delivery as handed to the dispatcher. It reports false when it already is, or
+// has finished.
+func (d *deliveryResults) claim(session types.NamespacedName, id, route string) bool {
+	key := jobKey(session, id, route)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	err, ok := d.results[key]
-	if ok {
-		delete(d.results, key)
+	if _, done := d.results[session][deliveryKey(id, route)]; done || d.inflight[key] {
+		return false
 	}
-	return err, ok
+	d.inflight[key] = true
+	return true
+}
+
+// release forgets a claim whose job was not queued.
+func (d *deliveryResults) release(key string) {
+	d.mu.Lock()
+	delete(d.inflight, key)
+	d.mu.Unlock()
+}
+
+// done reports whether a delivery finished (delivered, or given up on).
+func (d *deliveryResults) done(session types.NamespacedName, id, route string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.results[session][deliveryKey(id, route)]
+	return ok
+}
+
+// settle forgets the results the session's status, as read, no longer lists, once resultTTL
+// has passed.
+func (d *deliveryResults) settle(session types.NamespacedName, read []agentsv1alpha1.PendingNotification, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	listed := map[string]bool{}
+	for _, n := range read {
+		for _, r := range n.Routes {
+			listed[deliveryKey(n.ID, r)] = true
+		}
+	}
+	for k, r := range d.results[session] {
+		if !listed[k] && now.Sub(r.at) >= resultTTL {
+			delete(d.results[session], k)
+		}
+	}
+	if len(d.results[session]) == 0 {
+		delete(d.results, session)
+	}
+}
+
+// forget drops a deleted session's results.
+func (d *deliveryResults) forget(session types.NamespacedName) {
+	d.mu.Lock()
+	delete(d.results, session)
+	d.mu.Unlock()
 }
 
 // routeStatus reports the Project's routes.
@@ -101,7 +189,7 @@ func (d *deliveryResults) routeStatus(namespace, project string, routes []agents
 		rs := agentsv1alpha1.NotificationRouteStatus{Name: r.Name}
 		if st := d.routes[routeKey{namespace, project, r.Name}]; st != nil {
 			rs.Delivered, rs.Failed = st.delivered, st.failed
-			if st.lastFailure.After(st.lastSuccess) {
+			if st.failing() {
 				rs.LastError = truncateMessage(st.lastErr)
 				t := metaTime(st.lastFailure)
 				rs.LastFailureTime = &t
@@ -145,7 +233,7 @@ func (d *deliveryResults) pruneDelivered(key types.NamespacedName, st *agentsv1a
 	for _, n := range st.Notifications {
 		var left []string
 		for _, r := range n.Routes {
-			if _, done := d.take(jobKey(key, n.ID, r)); !done {
+			if !d.done(key, n.ID, r) {
 				left = append(left, r)
 			}
 		}

@@ -2,12 +2,16 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -25,14 +29,36 @@ type statusObject interface {
 
 // patchStatus writes obj's status once, as a merge patch against orig, and only when it changed:
 // an unchanged reconcile costs no API write.
+//
+// The patch carries orig's resourceVersion: a status computed from a stale cache (the informer
+// not yet showing our previous write) is refused with a conflict instead of merging half of an
+// old decision over a newer one (a JSON merge patch replaces lists such as conditions whole, so
+// a stale decision's conditions would land beside the newer phase).
 func patchStatus(ctx context.Context, c client.Client, orig, obj statusObject) error {
 	if equality.Semantic.DeepEqual(statusOf(orig), statusOf(obj)) {
 		return nil
 	}
-	if err := c.Status().Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
+	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patch status: %w", err)
 	}
 	return nil
+}
+
+// conflictRequeue is how soon a reconcile whose status write met a newer object runs again (the
+// cache has usually caught up by then).
+const conflictRequeue = 100 * time.Millisecond
+
+// statusWriteFailed maps a failed status write to the reconcile's result: an object gone meanwhile
+// needs nothing more; a conflict (the object changed since it was read) is retried shortly and
+// quietly; anything else is an error.
+func statusWriteFailed(recErr, err error) (ctrl.Result, error) {
+	switch {
+	case apierrors.IsNotFound(err):
+		return ctrl.Result{}, nil
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+	}
+	return ctrl.Result{}, errors.Join(recErr, err)
 }
 
 func statusOf(o client.Object) any {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,8 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/scm"
@@ -35,6 +36,9 @@ import (
 // policy), and counts its sessions.
 type ProjectReconciler struct {
 	*Deps
+	// Events receives reconcile requests from outside the cluster (a notification route that
+	// starts or stops failing).
+	Events chan event.GenericEvent
 
 	accessMu sync.Mutex
 	access   map[types.UID]accessCheck
@@ -44,10 +48,12 @@ type ProjectReconciler struct {
 // don't spend the forge's rate limit. It is a cache, not state: a restart checks again.
 type accessCheck struct {
 	generation int64
-	conn       *scm.Connection
-	at         time.Time
-	info       scm.RepoInfo
-	err        error
+	// request is the reconcile-request annotation the check answered: changing it checks again.
+	request string
+	conn    *scm.Connection
+	at      time.Time
+	info    scm.RepoInfo
+	err     error
 }
 
 // projectScope is what one Project reconcile observed.
@@ -84,7 +90,7 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		}
 		setProjectStatus(p, s, recErr)
 		if err := patchStatus(ctx, r.Client, orig, p); err != nil {
-			retErr = errors.Join(recErr, err)
+			res, retErr = statusWriteFailed(recErr, err)
 			return
 		}
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, p.Status.Conditions, p,
@@ -132,11 +138,13 @@ func (r *ProjectReconciler) reconcileAccess(ctx context.Context, s *projectScope
 	prev, ok := r.access[s.project.UID]
 	r.accessMu.Unlock()
 	now := r.now()
-	if !ok || prev.generation != s.project.Generation || prev.conn != f.Conn || now.Sub(prev.at) >= interval || prev.err != nil && now.Sub(prev.at) >= forgeRetry {
+	request := s.project.Annotations[agentsv1alpha1.ReconcileRequestAnnotation]
+	if !ok || prev.generation != s.project.Generation || prev.request != request || prev.conn != f.Conn ||
+		now.Sub(prev.at) >= interval || prev.err != nil && now.Sub(prev.at) >= forgeRetry {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		info, err := f.Conn.Provider.CheckAccess(cctx, f.Repo)
 		cancel()
-		prev = accessCheck{generation: s.project.Generation, conn: f.Conn, at: now, info: info, err: err}
+		prev = accessCheck{generation: s.project.Generation, request: request, conn: f.Conn, at: now, info: info, err: err}
 		r.accessMu.Lock()
 		if r.access == nil {
 			r.access = map[types.UID]accessCheck{}
@@ -284,7 +292,7 @@ func mergeStorage(base, override *agentsv1alpha1.StorageSpec) agentsv1alpha1.Sto
 // SetupWithManager watches Projects, their children, their sessions (for counts) and the Secrets
 // they reference (metadata only).
 func (r *ProjectReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&agentsv1alpha1.Project{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
@@ -292,9 +300,11 @@ func (r *ProjectReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name}}}
 		}), builder.WithPredicates(sessionPhaseChanged())).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.projectsForSecret), builder.OnlyMetadata).
-		Named("project").
-		Complete(r)
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.projectsForSecret), builder.OnlyMetadata)
+	if r.Events != nil {
+		b = b.WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Named("project").Complete(r)
 }
 
 // projectsForSecret maps a Secret to the Projects that reference it.

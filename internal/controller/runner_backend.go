@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,12 @@ import (
 // session's status at once, so that a restart never delivers a message twice.
 type RunnerBackend struct {
 	*Deps
+
+	ackMu sync.Mutex
+	// acked holds the ids this process acknowledged that the cache may not show as delivered
+	// yet: Pending reads the cache, and a runner that acks and polls again at once must not get
+	// the same message back. An id leaves once the cache shows it delivered.
+	acked map[types.NamespacedName]map[string]bool
 }
 
 var _ runnerapi.Backend = (*RunnerBackend)(nil)
@@ -150,7 +157,20 @@ func (b *RunnerBackend) Pending(ctx context.Context, s runnerapi.Session) ([]run
 	if err := b.Client.Get(ctx, s.NamespacedName, sess); err != nil {
 		return nil, fmt.Errorf("get session: %w", err)
 	}
-	return pendingMessages(sess), nil
+	msgs := pendingMessages(sess)
+	b.ackMu.Lock()
+	defer b.ackMu.Unlock()
+	acked := b.acked[s.NamespacedName]
+	for id := range acked {
+		if slices.Contains(sess.Status.Messages.Delivered, id) {
+			delete(acked, id) // the cache has caught up
+		}
+	}
+	if len(acked) == 0 {
+		delete(b.acked, s.NamespacedName)
+		return msgs, nil
+	}
+	return slices.DeleteFunc(msgs, func(m runnerapi.Message) bool { return acked[m.ID] }), nil
 }
 
 // pendingMessages resolves the outbox: user messages take their text from the spec. Pure.
@@ -194,6 +214,15 @@ func (b *RunnerBackend) Ack(ctx context.Context, s runnerapi.Session, id string)
 	if err != nil {
 		return err
 	}
+	b.ackMu.Lock()
+	if b.acked == nil {
+		b.acked = map[types.NamespacedName]map[string]bool{}
+	}
+	if b.acked[s.NamespacedName] == nil {
+		b.acked[s.NamespacedName] = map[string]bool{}
+	}
+	b.acked[s.NamespacedName][id] = true
+	b.ackMu.Unlock()
 	if b.Reports.OnChange != nil {
 		b.Reports.OnChange(s.NamespacedName)
 	}

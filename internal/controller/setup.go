@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,14 +55,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	}
 	events := make(chan event.GenericEvent, 4096)
 	wake := func(key types.NamespacedName) {
-		ev := event.GenericEvent{Object: &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
-		select {
-		case events <- ev:
-		default:
-			go func() { events <- ev }()
-		}
+		send(events, &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
 	}
-	scmMetrics, err := scm.NewMetrics(metrics.Registry)
+	projectEvents := make(chan event.GenericEvent, 256)
+	scmMetrics, err := sharedSCMMetrics()
 	if err != nil {
 		return nil, fmt.Errorf("register SCM metrics: %w", err)
 	}
@@ -75,6 +72,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	reports.OnChange = wake
 	deliveries := newDeliveryResults()
 	deliveries.onSession = wake
+	deliveries.onProject = func(key types.NamespacedName) {
+		send(projectEvents, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	}
 	deps := &Deps{
 		Client:     mgr.GetClient(),
 		APIReader:  mgr.GetAPIReader(),
@@ -135,7 +135,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	if handler != nil {
 		sessions.Wake = handler.Wake
 	}
-	if err := (&ProjectReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
+	if err := (&ProjectReconciler{Deps: deps, Events: projectEvents}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Project controller: %w", err)
 	}
 	if err := (&WorktreeReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
@@ -145,6 +145,31 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		return nil, fmt.Errorf("set up the AgentSession controller: %w", err)
 	}
 	return deps, nil
+}
+
+// send queues a reconcile request for obj without blocking the caller (a webhook, a runner
+// report, a notification worker) when the channel is full.
+func send(ch chan event.GenericEvent, obj client.Object) {
+	ev := event.GenericEvent{Object: obj}
+	select {
+	case ch <- ev:
+	default:
+		go func() { ch <- ev }()
+	}
+}
+
+// The SCM metrics are registered on controller-runtime's registry once per process: a manager
+// set up again in the same process (a restart, as the envtest suite does) shares them instead of
+// failing on a duplicate registration.
+var (
+	scmMetricsOnce sync.Once
+	scmMetrics     *scm.Metrics
+	scmMetricsErr  error
+)
+
+func sharedSCMMetrics() (*scm.Metrics, error) {
+	scmMetricsOnce.Do(func() { scmMetrics, scmMetricsErr = scm.NewMetrics(metrics.Registry) })
+	return scmMetrics, scmMetricsErr
 }
 
 // webhookSecrets finds a repository's webhook secret among the Projects of that repository

@@ -66,6 +66,9 @@ func freeAddr() string {
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	// Every wait in the suite is on observable state; these bound it.
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 	Expect(agentsv1alpha1.AddToScheme(clientgoscheme.Scheme)).To(Succeed())
 	testEnv = &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "config", "crd", "bases")},
@@ -178,4 +181,3 @@ func newRepo(ns string) (full string) {
 	})).To(Succeed())
 	return full
 }
-

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -48,6 +47,8 @@ type worktreeScope struct {
 	// volumeRecreated is true when the claim had to be made again after the checkout was Ready.
 	volumeRecreated bool
 	bound           []string
+	// sessions are the AgentSessions bound to the Worktree (not being deleted).
+	sessions []agentsv1alpha1.AgentSession
 	// sessionPods are the agent pods of sessions using this Worktree.
 	sessionPods []corev1.Pod
 	// wtPod is the Worktree's own prepare/remove pod.
@@ -85,7 +86,7 @@ func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		}
 		setWorktreeStatus(wt, s, recErr)
 		if err := patchStatus(ctx, r.Client, orig, wt); err != nil {
-			retErr = errors.Join(recErr, client.IgnoreNotFound(err))
+			res, retErr = statusWriteFailed(recErr, err)
 			return
 		}
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, wt.Status.Conditions, wt,
@@ -153,6 +154,7 @@ func (r *WorktreeReconciler) observe(ctx context.Context, s *worktreeScope) erro
 			continue
 		}
 		s.bound = append(s.bound, sess.Name)
+		s.sessions = append(s.sessions, sess)
 	}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(s.wt.Namespace), client.MatchingLabels{agentsv1alpha1.LabelWorktree: s.wt.Name}); err != nil {
@@ -176,6 +178,22 @@ func (r *WorktreeReconciler) observe(ctx context.Context, s *worktreeScope) erro
 func (s *worktreeScope) activeSessionPods() bool {
 	for _, p := range s.sessionPods {
 		if p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return true
+		}
+	}
+	return false
+}
+
+// sessionWillPrepare reports whether a bound session is about to run an agent pod: it is new or
+// holds a slot, and is neither stopped nor finished.
+func (s *worktreeScope) sessionWillPrepare() bool {
+	for i := range s.sessions {
+		sess := &s.sessions[i]
+		p := sess.Status.Phase
+		if sess.Spec.State == agentsv1alpha1.SessionStopped || p.IsTerminal() || p == agentsv1alpha1.PhaseQueued {
+			continue
+		}
+		if p == "" || sess.Status.AdmittedTime != nil {
 			return true
 		}
 	}
@@ -237,8 +255,14 @@ func (r *WorktreeReconciler) reconcilePresent(ctx context.Context, s *worktreeSc
 		// The session's pod prepares the checkout; its result lands in its init container.
 		return nil
 	}
-	if s.hasRes && !s.volumeRecreated && (s.result.OK || s.result.current(s.wt)) {
-		return nil // Ready, or a failed prepare of this spec: Failed until the spec changes.
+	if phase, _ := worktreePhase(s.wt, s); phase == agentsv1alpha1.WorktreeReady || phase == agentsv1alpha1.WorktreeFailed {
+		return nil // Ready (the checkout stays on its volume), or Failed until the spec changes.
+	}
+	if s.wtPod == nil && s.sessionWillPrepare() {
+		// A session's agent pod is on its way and prepares the checkout in its init container;
+		// a pod of our own would only race it. Look again soon in case the session stalls.
+		s.requeue = minRequeue
+		return nil
 	}
 	if s.wtPod != nil {
 		if done := s.wtPod.Status.Phase == corev1.PodSucceeded || s.wtPod.Status.Phase == corev1.PodFailed; done {

@@ -28,9 +28,10 @@ func worktreePhase(wt *agentsv1alpha1.Worktree, s *worktreeScope) (agentsv1alpha
 		return agentsv1alpha1.WorktreeReady, "checkout ready at " + shortSHA(s.facts().Head)
 	case s.hasRes && !s.result.OK && s.result.current(wt):
 		return agentsv1alpha1.WorktreeFailed, "no usable checkout: " + s.result.Error
-	case wt.Status.Phase == agentsv1alpha1.WorktreeReady && s.activeSessionPods():
-		// A new session pod is preparing a checkout that was ready: it restores it.
-		return agentsv1alpha1.WorktreeReady, "checkout ready; a session is restoring it"
+	case wt.Status.Phase == agentsv1alpha1.WorktreeReady:
+		// The pods that prepared it are gone (the session stopped or ended) but the checkout
+		// stays on its volume; a volume that vanished is caught above.
+		return agentsv1alpha1.WorktreeReady, "checkout ready at " + shortSHA(wt.Status.Head)
 	default:
 		return agentsv1alpha1.WorktreePending, "preparing the checkout"
 	}

@@ -65,6 +65,7 @@ type Server struct {
 	installations map[int64]*installation
 	budgets       map[string]*budget
 	forcedLimits  []forcedLimit
+	outages       map[string]int
 	nextID        int64
 	stats         Stats
 	logs          map[int64]string
@@ -120,6 +121,7 @@ func New(opts Options) (*Server, error) {
 		apps:          map[int64]*app{},
 		installations: map[int64]*installation{},
 		budgets:       map[string]*budget{},
+		outages:       map[string]int{},
 		logs:          map[int64]string{},
 		nextID:        1000,
 		stats:         Stats{ByRoute: map[string]int{}, Webhooks: map[string]int{}},

@@ -261,3 +261,31 @@ func TestAdminHTTPAPI(t *testing.T) {
 	_ = resp.Body.Close()
 	g.Expect(resp.StatusCode).To(Equal(200))
 }
+
+func TestOutage(t *testing.T) {
+	g := NewWithT(t)
+	s, _, _ := world(t)
+	s.AddToken("other", "someone")
+	get := func(path, token string) int {
+		req, _ := http.NewRequest(http.MethodGet, s.URL()+path, nil)
+		req.Header.Set("Authorization", "token "+token)
+		resp, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	graphql := func(token string) int {
+		req, _ := http.NewRequest(http.MethodPost, s.URL()+"/graphql", strings.NewReader(`{"query":"{ viewer { login } }"}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	s.SetOutage("octocat", http.StatusBadGateway)
+	g.Expect(get("/repos/octocat/Hello-World", "tok")).To(Equal(http.StatusBadGateway))
+	g.Expect(graphql("tok")).To(Equal(http.StatusBadGateway))
+	g.Expect(get("/repos/octocat/Hello-World", "other")).To(Equal(http.StatusOK), "other identities are served")
+	s.SetOutage("octocat", 0)
+	g.Expect(get("/repos/octocat/Hello-World", "tok")).To(Equal(http.StatusOK))
+}

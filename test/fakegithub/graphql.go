@@ -124,6 +124,11 @@ func (s *Server) serveGraphQL(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"message": "Bad credentials", "documentation_url": "https://docs.github.com/graphql"})
 		return
 	}
+	if status := s.outage(id); status != 0 {
+		s.mu.Unlock()
+		writeJSON(w, status, outageBody(status))
+		return
+	}
 	if ra, status := s.secondaryLimited(id, true, 1); status != 0 {
 		s.stats.SecondaryRefused++
 		s.setRateHeaders(w.Header(), id, "graphql")

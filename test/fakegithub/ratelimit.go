@@ -1,6 +1,7 @@
 package fakegithub
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -109,6 +110,26 @@ func (s *Server) ForceSecondaryLimit(n int, status int, retryAfter time.Duration
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forcedLimits = append(s.forcedLimits, forcedLimit{remaining: n, retryAfter: retryAfter, status: status})
+}
+
+// SetOutage makes every API request (REST and GraphQL, not git) authenticated as login answer
+// status, a 5xx, until SetOutage(login, 0) ends the outage. Other identities are served as usual,
+// so one test's outage does not stall another's.
+func (s *Server) SetOutage(login string, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if status == 0 {
+		delete(s.outages, login)
+		return
+	}
+	s.outages[login] = status
+}
+
+// outage returns the status an identity's requests fail with during an outage, or 0.
+func (s *Server) outage(id *identity) int { return s.outages[id.login] }
+
+func outageBody(status int) map[string]any {
+	return apiError(fmt.Sprintf("Server Error (%d)", status), "https://www.githubstatus.com")
 }
 
 // ExhaustPrimary spends the whole hourly budget of a token's identity for a resource ("core" or

@@ -129,6 +129,11 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request, path string) 
 		writeJSON(w, http.StatusUnauthorized, apiError("Bad credentials", "https://docs.github.com/rest"))
 		return
 	}
+	if status := s.outage(id); status != 0 {
+		s.mu.Unlock()
+		writeJSON(w, status, outageBody(status))
+		return
+	}
 	route := routeName(r.Method, path)
 	s.stats.ByRoute[route]++
 	points := 1

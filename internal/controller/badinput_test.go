@@ -1,0 +1,157 @@
+package controller_test
+
+import (
+	"net/http"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/workspace"
+	. "github.com/shepherd-dev/shepherd/test/builders"
+)
+
+var _ = Describe("Bad input", func() {
+	// Each entry breaks the Project one way, checks the condition says what to fix (Stalled, not
+	// a retry loop), then fixes it and checks the Project recovers.
+	DescribeTable("a Project whose credentials or repository are wrong says what to fix, and recovers",
+		func(breakIt func(w *world, p *ProjectBuilder), condType, reason, says string, fixIt func(w *world)) {
+			w := newWorld()
+			p := w.project()
+			breakIt(w, p)
+			create(p.Obj())
+			conds := projectConditions(w.ns, "widgets")
+			Eventually(conds).Should(And(
+				HaveCondition(condType, metav1.ConditionFalse, reason),
+				HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, reason),
+				HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, reason),
+			))
+			Expect(conds()).NotTo(HaveCondition(agentsv1alpha1.ConditionReconciling, metav1.ConditionTrue), "stalled, not retrying")
+			Expect(findCond(conds(), condType).Message).To(ContainSubstring(says))
+
+			fixIt(w)
+			Eventually(conds).Should(And(
+				HaveCondition(agentsv1alpha1.ConditionCredentialsValid, metav1.ConditionTrue),
+				HaveCondition(agentsv1alpha1.ConditionRepositoryReachable, metav1.ConditionTrue),
+				HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue),
+			))
+			Expect(conds()).NotTo(HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue))
+		},
+		Entry("the Secret is missing",
+			func(_ *world, p *ProjectBuilder) { p.TokenSecret("forge-token", "token") },
+			agentsv1alpha1.ConditionCredentialsValid, agentsv1alpha1.ReasonSecretNotFound, `Secret "forge-token"`,
+			func(w *world) {
+				create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "forge-token"), StringData: map[string]string{"token": ghToken}})
+			}),
+		Entry("the Secret lacks the key",
+			func(_ *world, p *ProjectBuilder) { p.TokenSecret("github", "pat") },
+			agentsv1alpha1.ConditionCredentialsValid, agentsv1alpha1.ReasonSecretKeyNotFound, `has no key "pat"`,
+			func(w *world) {
+				update(&corev1.Secret{ObjectMeta: objMeta(w.ns, "github")}, func(s *corev1.Secret) { s.Data["pat"] = []byte(ghToken) })
+			}),
+		Entry("the forge rejects the token",
+			func(w *world, p *ProjectBuilder) {
+				create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "revoked"), StringData: map[string]string{"token": "ghp_revoked"}})
+				p.TokenSecret("revoked", "token")
+			},
+			agentsv1alpha1.ConditionCredentialsValid, agentsv1alpha1.ReasonTokenRejected, "update the token",
+			func(w *world) {
+				update(&corev1.Secret{ObjectMeta: objMeta(w.ns, "revoked")}, func(s *corev1.Secret) { s.Data["token"] = []byte(ghToken) })
+			}),
+		Entry("the repository does not exist",
+			func(w *world, p *ProjectBuilder) { p.URL(gh.CloneURL(w.full + "-typo")) },
+			agentsv1alpha1.ConditionRepositoryReachable, agentsv1alpha1.ReasonRepositoryNotFound, "check spec.repository.url",
+			func(w *world) {
+				// Creating it is not a change Shepherd can see: the reconcile-request annotation
+				// asks for the check now.
+				_, err := gh.CreateRepo(w.full+"-typo", "main", map[string]string{"README.md": "# typo\n"})
+				Expect(err).NotTo(HaveOccurred())
+				proj := &agentsv1alpha1.Project{ObjectMeta: objMeta(w.ns, "widgets")}
+				gen := fresh(proj).Generation
+				annotate(proj, agentsv1alpha1.ReconcileRequestAnnotation, time.Now().Format(time.RFC3339Nano))
+				Expect(fresh(proj).Generation).To(Equal(gen), "an annotation is not a spec change")
+			}),
+	)
+
+	It("holds a session naming a missing Project as Stalled, and starts it once the Project exists", func() {
+		w := newWorld()
+		a := w.agent("early")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Start before the Project").Obj())
+		Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Conditions", And(
+			HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, agentsv1alpha1.ReasonProjectNotFound),
+			HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, agentsv1alpha1.ReasonProjectNotFound))))
+		Expect(findCond(a.status().Conditions, agentsv1alpha1.ConditionStalled).Message).To(ContainSubstring(`Project "widgets" not found`))
+		Expect(podExists(w.ns, a.podName())()).To(BeFalse())
+
+		create(w.project().Obj())
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+		Expect(a.status().Conditions).NotTo(HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue))
+	})
+
+	It("keeps a session going while the forge answers 500s, and catches up with the pull request after", func() {
+		w := newWorld()
+		// A token of its own: the outage hits this test's forge connection only.
+		gh.AddToken("ghp_flaky", "flaky-bot")
+		create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "flaky"), StringData: map[string]string{"token": "ghp_flaky"}})
+		create(w.project().TokenSecret("flaky", "token").Obj())
+		a := w.agent("outage")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Survive the outage").Obj())
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+		pullRequestWithCheck().do(a)
+		a.expect(agentsv1alpha1.PhasePROpen)
+
+		gh.SetOutage("flaky-bot", http.StatusBadGateway)
+		DeferCleanup(gh.SetOutage, "flaky-bot", 0)
+		a.check("failure") // CI fails while the forge cannot be read
+		By("the agent's own reports still move the session")
+		a.report(agentsv1alpha1.ActivityWaitingForInput, question("Which API version?"))
+		a.expect(agentsv1alpha1.PhaseNeedsInput)
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhasePROpen)
+		Expect(a.status().PullRequest).To(HaveField("Number", int64(a.pr)), "the pull request it knew is kept")
+
+		By("the forge recovers: the pull request state catches up")
+		gh.SetOutage("flaky-bot", 0)
+		a.expect(agentsv1alpha1.PhaseCIFailed)
+		Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("PullRequest.Checks", agentsv1alpha1.ChecksFailing))
+	})
+
+	It("keeps a session going when a setup command fails, with SetupSucceeded=False on its Worktree", func() {
+		w := newWorld()
+		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.Workspace.Setup = []agentsv1alpha1.SetupCommand{{Name: "install", Command: []string{"npm", "ci"}}}
+		}).Obj())
+		a := w.agent("setup")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix the build").Obj())
+		pod := a.pod()
+		Expect(pod.Spec.InitContainers).To(ContainElement(And(HaveField("Name", "prepare"),
+			HaveField("Args", ContainElement(And(HavePrefix("--setup="), ContainSubstring(`"command":["npm","ci"]`)))))))
+		setPodStatus(pod, func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			initDone(p, preparedResult(a.branch(), workspace.Facts{}, workspace.SetupResult{
+				State: agentsv1alpha1.SetupFailed, FailedCommand: "install", Error: "npm ERR! could not resolve dependency",
+			}))
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+		})
+		Eventually(worktreeStatus(w.ns, a.name)).Should(And(
+			HaveField("Phase", agentsv1alpha1.WorktreeReady),
+			HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionSetupSucceeded, metav1.ConditionFalse, agentsv1alpha1.ReasonSetupFailed))))
+		r, err := connectRunnerE(pod, "widgets")
+		Expect(err).NotTo(HaveOccurred())
+		a.runner = r
+		a.report(agentsv1alpha1.ActivityActive, func(r *runnerapi.Report) {
+			r.Workspace = &runnerapi.WorkspaceReport{Setup: &runnerapi.SetupReport{State: agentsv1alpha1.SetupFailed, FailedCommand: "install"}}
+		})
+		a.expect(agentsv1alpha1.PhaseWorking)
+		Expect(a.status().Conditions).To(HaveCondition(agentsv1alpha1.ConditionWorkspaceReady, metav1.ConditionTrue))
+	})
+})

@@ -1,0 +1,695 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/workspace"
+	. "github.com/shepherd-dev/shepherd/test/builders"
+)
+
+// These are table tests of the controllers' pure functions: no API server, no clock.
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// sess is a session created at minute m of t0, in a phase, admitted or not.
+func sess(name string, m int, phase agentsv1alpha1.SessionPhase, admitted bool, state agentsv1alpha1.SessionState) agentsv1alpha1.AgentSession {
+	s := MakeSession(name, "ns", "widgets").Prompt("p").State(state).Created(t0.Add(time.Duration(m) * time.Minute)).Obj()
+	s.UID = types.UID(name)
+	s.Status.Phase = phase
+	if admitted {
+		at := metav1.NewTime(t0)
+		s.Status.AdmittedTime = &at
+	}
+	return *s
+}
+
+func TestAdmitted(t *testing.T) {
+	const running, stopped = agentsv1alpha1.SessionRunning, agentsv1alpha1.SessionStopped
+	deleting := sess("gone", 0, agentsv1alpha1.PhaseWorking, true, running)
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	cases := []struct {
+		name   string
+		me     agentsv1alpha1.AgentSession
+		others []agentsv1alpha1.AgentSession
+		limit  int
+		want   bool
+	}{
+		{"alone under the limit", sess("me", 5, "", false, running), nil, 1, true},
+		{"a live session holds the only slot", sess("me", 5, "", false, running),
+			[]agentsv1alpha1.AgentSession{sess("a", 0, agentsv1alpha1.PhaseWorking, true, running)}, 1, false},
+		{"a second slot is free", sess("me", 5, "", false, running),
+			[]agentsv1alpha1.AgentSession{sess("a", 0, agentsv1alpha1.PhaseWorking, true, running)}, 2, true},
+		{"finished sessions hold no slot", sess("me", 5, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{
+				sess("merged", 0, agentsv1alpha1.PhaseMerged, true, running), sess("done", 1, agentsv1alpha1.PhaseDone, true, running),
+				sess("errored", 2, agentsv1alpha1.PhaseErrored, true, running),
+			}, 1, true},
+		{"a stopped session holds no slot", sess("me", 5, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{sess("a", 0, agentsv1alpha1.PhaseStopped, true, stopped)}, 1, true},
+		{"a session being stopped holds no slot", sess("me", 5, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{sess("a", 0, agentsv1alpha1.PhaseWorking, true, stopped)}, 1, true},
+		{"a deleted session holds no slot", sess("me", 5, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{deleting}, 1, true},
+		{"an older queued session goes first", sess("me", 5, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{sess("older", 1, agentsv1alpha1.PhaseQueued, false, running)}, 1, false},
+		{"a newer queued session goes after", sess("me", 1, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{sess("newer", 5, agentsv1alpha1.PhaseQueued, false, running)}, 1, true},
+		{"same second: the name decides", sess("b", 1, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{sess("a", 1, agentsv1alpha1.PhaseQueued, false, running)}, 1, false},
+		{"a new session not yet reconciled queues too", sess("me", 5, "", false, running),
+			[]agentsv1alpha1.AgentSession{sess("older", 1, "", false, running)}, 1, false},
+		{"a restored session queues again, by its age", sess("me", 5, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{sess("restored", 1, agentsv1alpha1.PhaseStopped, true, running)}, 1, false},
+		{"a session sent back to the queue holds no slot", sess("me", 1, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{sess("requeued", 5, agentsv1alpha1.PhaseQueued, true, running)}, 1, true},
+		{"a stopped session never queued does not wait", sess("me", 5, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{sess("idle", 1, agentsv1alpha1.PhaseStopped, false, stopped)}, 1, true},
+		{"live and queued add up", sess("me", 9, agentsv1alpha1.PhaseQueued, false, running),
+			[]agentsv1alpha1.AgentSession{
+				sess("a", 0, agentsv1alpha1.PhaseCIFailed, true, running), sess("b", 1, agentsv1alpha1.PhaseQueued, false, running),
+				sess("c", 10, agentsv1alpha1.PhaseQueued, false, running),
+			}, 3, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			all := append([]agentsv1alpha1.AgentSession{c.me}, c.others...)
+			g.Expect(admitted(&c.me, all, c.limit)).To(Equal(c.want))
+		})
+	}
+}
+
+func TestCountSessions(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(countSessions(nil)).To(Equal(agentsv1alpha1.SessionCounts{}))
+	list := []agentsv1alpha1.AgentSession{
+		sess("new", 0, "", false, ""), sess("q", 0, agentsv1alpha1.PhaseQueued, false, ""),
+		sess("w", 0, agentsv1alpha1.PhaseWorking, true, ""), sess("ci", 0, agentsv1alpha1.PhaseCIFailed, true, ""),
+		sess("m", 0, agentsv1alpha1.PhaseMerged, true, ""), sess("s", 0, agentsv1alpha1.PhaseStopped, true, agentsv1alpha1.SessionStopped),
+	}
+	g.Expect(countSessions(list)).To(Equal(agentsv1alpha1.SessionCounts{
+		Total: 6, Active: 2, Queued: 2,
+		ByPhase: map[string]int32{"Queued": 2, "Working": 1, "CIFailed": 1, "Merged": 1, "Stopped": 1},
+	}))
+}
+
+// agentPodWith is an agent pod whose status mutate sets.
+func agentPodWith(mutate func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "s-agent", UID: "uid-1"}}
+	mutate(p)
+	return p
+}
+
+func running(name string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+}
+
+func waiting(name, reason, msg string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}
+}
+
+func terminated(name string, code int32, reason string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason}}}
+}
+
+func TestPodEvidence(t *testing.T) {
+	cases := []struct {
+		name     string
+		pod      *corev1.Pod
+		nodeLost bool
+		want     lifecycle.PodEvidence
+	}{
+		{"no pod", nil, false, lifecycle.PodEvidence{}},
+		{"created, no status yet: pending", agentPodWith(func(*corev1.Pod) {}), false,
+			lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending}},
+		{"running agent", agentPodWith(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{terminated("copy-runner", 0, "Completed"), terminated("prepare", 0, "Completed")}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("agent")}
+			p.Status.ContainerStatuses[0].RestartCount = 2
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodRunning, ContainerRunning: true, Restarts: 2}},
+		{"image pull failure", agentPodWith(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("agent", "ImagePullBackOff", "back-off pulling")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending, WaitingReason: "ImagePullBackOff", WaitingMessage: "back-off pulling"}},
+		{"an init container crash-looping is the agent's failure to start", agentPodWith(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{terminated("copy-runner", 0, "Completed"), waiting("prepare", "CrashLoopBackOff", "restarting")}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("agent", "PodInitializing", "")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending, WaitingReason: "CrashLoopBackOff", WaitingMessage: "prepare: restarting"}},
+		{"an init container waiting alone", agentPodWith(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{waiting("prepare", "ErrImagePull", "not found")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending, WaitingReason: "ErrImagePull", WaitingMessage: "prepare: not found"}},
+		{"PodInitializing is not a failure", agentPodWith(func(p *corev1.Pod) {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{waiting("prepare", "PodInitializing", "")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending}},
+		{"a failed prepare ends the pod", agentPodWith(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{terminated("prepare", 1, "Error")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodFailed, Terminated: &lifecycle.ContainerExit{ExitCode: 1, Reason: "prepare Error"}}},
+		{"the agent container ended", agentPodWith(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{terminated("agent", 137, "OOMKilled")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodFailed, Terminated: &lifecycle.ContainerExit{ExitCode: 137, Reason: "OOMKilled"}}},
+		{"evicted, on a lost node, being deleted", agentPodWith(func(p *corev1.Pod) {
+			p.DeletionTimestamp = &metav1.Time{Time: t0}
+			p.Status.Phase = corev1.PodFailed
+			p.Status.Reason = "Evicted"
+		}), true, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodFailed, Reason: "Evicted", Deleting: true, NodeLost: true}},
+		{"other containers are not the agent", agentPodWith(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("sidecar")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodRunning}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			NewWithT(t).Expect(podEvidence(c.pod, c.nodeLost)).To(Equal(c.want))
+		})
+	}
+}
+
+func TestPullRequestEvidence(t *testing.T) {
+	checked := t0
+	full := &scm.PullRequest{
+		Number: 7, URL: "https://github.com/acme/widgets/pull/7", Title: "Fix", State: scm.StateOpen,
+		Head: scm.Head{Branch: "shepherd/fix"}, HeadSHA: "abc", BaseRef: "main", Mergeable: scm.MergeableTrue,
+		MergeState: scm.MergeStateBlocked, ReviewDecision: scm.ReviewChangesRequested,
+		Checks: scm.Checks{State: scm.ChecksFailing, Passed: 3, Failed: 1, Pending: 1,
+			FailedChecks: []scm.Check{{Name: "test", URL: "https://ci/1", LogExcerpt: "FAIL"}}},
+		Threads: []scm.ReviewThread{
+			{ID: "t1", Author: "rev", Path: "a.go", Line: 3, Body: "why?", URL: "u1"},
+			{ID: "t2", Author: "rev", Path: "b.go", Line: 9, Body: "stale", Outdated: true},
+		},
+		Reviews: []scm.Review{{ID: "r1", Author: "rev", State: scm.ReviewStateChangesRequested, SubmittedAt: t0}},
+	}
+	cases := []struct {
+		name  string
+		obs   scm.Observation
+		found bool
+		want  lifecycle.PullRequestEvidence
+	}{
+		{"not watched yet", scm.Observation{}, false, lifecycle.PullRequestEvidence{}},
+		{"never answered", scm.Observation{}, true, lifecycle.PullRequestEvidence{}},
+		{"the forge is down: not observed", scm.Observation{CheckedAt: checked, Err: &scm.APIError{Kind: scm.ErrUnavailable, Status: 502}}, true,
+			lifecycle.PullRequestEvidence{}},
+		{"rate limited: not observed", scm.Observation{CheckedAt: checked, Err: &scm.RateLimitError{Resource: "graphql"}}, true,
+			lifecycle.PullRequestEvidence{}},
+		{"the forge says there is none", scm.Observation{CheckedAt: checked, Err: scm.ErrNotFound}, true,
+			lifecycle.PullRequestEvidence{Observed: true}},
+		{"no pull request for the branch yet", scm.Observation{CheckedAt: checked}, true, lifecycle.PullRequestEvidence{Observed: true}},
+		{"a pull request, outdated threads left out", scm.Observation{CheckedAt: checked, PullRequest: full}, true, lifecycle.PullRequestEvidence{
+			Observed: true, Exists: true, Number: 7, URL: "https://github.com/acme/widgets/pull/7", Title: "Fix",
+			State: agentsv1alpha1.PullRequestOpen, HeadSHA: "abc", HeadBranch: "shepherd/fix", BaseBranch: "main",
+			MergeState: agentsv1alpha1.MergeStateBlocked, BaseRequiresUpToDate: true, ReviewDecision: agentsv1alpha1.ReviewChangesRequested,
+			Threads:        []lifecycle.ReviewThread{{ID: "t1", Author: "rev", Path: "a.go", Line: 3, Body: "why?", URL: "u1"}},
+			ChangeRequests: []lifecycle.Review{{ID: "r1", Author: "rev"}},
+			Checks: lifecycle.ChecksEvidence{State: agentsv1alpha1.ChecksFailing, Passed: 3, Failed: 1, Pending: 1,
+				FailedChecks: []lifecycle.FailedCheck{{Name: "test", URL: "https://ci/1", LogExcerpt: "FAIL"}}},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			NewWithT(t).Expect(pullRequestEvidence(c.obs, c.found)).To(Equal(c.want))
+		})
+	}
+
+	t.Run("mapping of merge state, review decision and checks", func(t *testing.T) {
+		g := NewWithT(t)
+		ev := func(mutate func(*scm.PullRequest)) lifecycle.PullRequestEvidence {
+			pr := &scm.PullRequest{Number: 1, State: scm.StateOpen}
+			mutate(pr)
+			return pullRequestEvidence(scm.Observation{CheckedAt: checked, PullRequest: pr}, true)
+		}
+		g.Expect(ev(func(*scm.PullRequest) {})).To(And(
+			HaveField("MergeState", agentsv1alpha1.MergeStateUnknown), HaveField("ReviewDecision", agentsv1alpha1.ReviewNone),
+			HaveField("Checks.State", agentsv1alpha1.ChecksNone)))
+		g.Expect(ev(func(p *scm.PullRequest) { p.Draft, p.MergeState = true, scm.MergeStateClean })).To(HaveField("MergeState", agentsv1alpha1.MergeStateDraft))
+		g.Expect(ev(func(p *scm.PullRequest) { p.Mergeable, p.MergeState = scm.MergeableFalse, scm.MergeStateBlocked })).
+			To(HaveField("MergeState", agentsv1alpha1.MergeStateDirty))
+		g.Expect(ev(func(p *scm.PullRequest) { p.State, p.MergeCommitSHA = scm.StateMerged, "m1" })).
+			To(And(HaveField("State", agentsv1alpha1.PullRequestMerged), HaveField("MergeCommitSHA", "m1")))
+	})
+}
+
+func TestChangeRequests(t *testing.T) {
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	cases := []struct {
+		name    string
+		reviews []scm.Review
+		want    []lifecycle.Review
+	}{
+		{"none", nil, nil},
+		{"one request", []scm.Review{{ID: "1", Author: "ann", State: scm.ReviewStateChangesRequested, SubmittedAt: at(1)}},
+			[]lifecycle.Review{{ID: "1", Author: "ann"}}},
+		{"a later approval by the same reviewer replaces it", []scm.Review{
+			{ID: "1", Author: "ann", State: scm.ReviewStateChangesRequested, SubmittedAt: at(1)},
+			{ID: "2", Author: "ann", State: scm.ReviewStateApproved, SubmittedAt: at(2)},
+		}, nil},
+		{"a later comment does not", []scm.Review{
+			{ID: "1", Author: "ann", State: scm.ReviewStateChangesRequested, SubmittedAt: at(1)},
+			{ID: "2", Author: "ann", State: scm.ReviewStateCommented, SubmittedAt: at(2)},
+			{ID: "3", Author: "ann", State: scm.ReviewStatePending, SubmittedAt: at(3)},
+		}, []lifecycle.Review{{ID: "1", Author: "ann"}}},
+		{"a dismissed request does not count", []scm.Review{
+			{ID: "1", Author: "ann", State: scm.ReviewStateChangesRequested, Dismissed: true, SubmittedAt: at(1)},
+		}, nil},
+		{"several reviewers, sorted by id", []scm.Review{
+			{ID: "9", Author: "bob", State: scm.ReviewStateChangesRequested, SubmittedAt: at(1)},
+			{ID: "4", Author: "ann", State: scm.ReviewStateChangesRequested, SubmittedAt: at(2)},
+			{ID: "5", Author: "cid", State: scm.ReviewStateApproved, SubmittedAt: at(3)},
+		}, []lifecycle.Review{{ID: "4", Author: "ann"}, {ID: "9", Author: "bob"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			NewWithT(t).Expect(changeRequests(c.reviews)).To(Equal(c.want))
+		})
+	}
+}
+
+// wtScope builds a Worktree scope for worktreePhase.
+func wtScope(mutate func(*worktreeScope)) *worktreeScope {
+	s := &worktreeScope{project: MakeProject("widgets", "ns").Obj()}
+	mutate(s)
+	return s
+}
+
+func TestWorktreePhase(t *testing.T) {
+	ok := checkoutResult{OK: true, Result: workspace.Result{Facts: workspace.Facts{Head: "0123456789abcdef"}}, Generation: 1}
+	failed := checkoutResult{Error: "branch exists", Generation: 1}
+	stale := checkoutResult{Error: "branch exists", Generation: 0}
+	activePod := corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	cases := []struct {
+		name   string
+		wt     func(*agentsv1alpha1.Worktree)
+		scope  func(*worktreeScope)
+		want   agentsv1alpha1.WorktreePhase
+		reason string
+	}{
+		{"nothing yet", nil, func(*worktreeScope) {}, agentsv1alpha1.WorktreePending, "preparing"},
+		{"a successful prepare", nil, func(s *worktreeScope) { s.result, s.hasRes = ok, true }, agentsv1alpha1.WorktreeReady, "0123456789ab"},
+		{"a failed prepare of this spec", nil, func(s *worktreeScope) { s.result, s.hasRes = failed, true }, agentsv1alpha1.WorktreeFailed, "branch exists"},
+		{"a failed prepare of an older spec is retried", nil, func(s *worktreeScope) { s.result, s.hasRes = stale, true }, agentsv1alpha1.WorktreePending, ""},
+		{"the failure of a session's prepare counts whatever the spec", nil,
+			func(s *worktreeScope) { s.result, s.hasRes = checkoutResult{Error: "disk full", fromAgent: true}, true }, agentsv1alpha1.WorktreeFailed, "disk full"},
+		{"Ready stays Ready once the pods that prepared it are gone",
+			func(w *agentsv1alpha1.Worktree) {
+				w.Status.Phase, w.Status.Head = agentsv1alpha1.WorktreeReady, "fedcba9876543210"
+			},
+			func(*worktreeScope) {}, agentsv1alpha1.WorktreeReady, "fedcba987654"},
+		{"Ready while a restored session prepares again",
+			func(w *agentsv1alpha1.Worktree) { w.Status.Phase = agentsv1alpha1.WorktreeReady },
+			func(s *worktreeScope) { s.sessionPods = []corev1.Pod{activePod} }, agentsv1alpha1.WorktreeReady, ""},
+		{"the volume vanished", func(w *agentsv1alpha1.Worktree) { w.Status.Phase = agentsv1alpha1.WorktreeReady },
+			func(s *worktreeScope) { s.volumeRecreated, s.result, s.hasRes = true, ok, true }, agentsv1alpha1.WorktreeMissing, "vanished"},
+		{"Absent, being removed", func(w *agentsv1alpha1.Worktree) { w.Spec.State = agentsv1alpha1.WorktreeAbsent },
+			func(s *worktreeScope) { s.result, s.hasRes = ok, true }, agentsv1alpha1.WorktreeRemoving, ""},
+		{"Absent, removed: the branch is kept", func(w *agentsv1alpha1.Worktree) { w.Spec.State = agentsv1alpha1.WorktreeAbsent },
+			func(s *worktreeScope) { s.removed = true }, agentsv1alpha1.WorktreeRemoved, "feature/x is kept"},
+		{"deleted", func(w *agentsv1alpha1.Worktree) { w.DeletionTimestamp = &metav1.Time{Time: t0} },
+			func(*worktreeScope) {}, agentsv1alpha1.WorktreeRemoving, ""},
+		{"the Project is gone: the phase is kept", func(w *agentsv1alpha1.Worktree) { w.Status.Phase = agentsv1alpha1.WorktreeFailed },
+			func(s *worktreeScope) { s.project = nil }, agentsv1alpha1.WorktreeFailed, "Project is missing"},
+		{"the Project is not there yet", nil, func(s *worktreeScope) { s.project = nil }, agentsv1alpha1.WorktreePending, "waiting for the Project"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			wt := MakeWorktree("wt", "ns", "widgets", "feature/x").Obj()
+			wt.Generation = 1
+			if c.wt != nil {
+				c.wt(wt)
+			}
+			phase, msg := worktreePhase(wt, wtScope(c.scope))
+			g.Expect(phase).To(Equal(c.want))
+			g.Expect(msg).To(ContainSubstring(c.reason))
+		})
+	}
+}
+
+func TestAckMessage(t *testing.T) {
+	spec := []agentsv1alpha1.Message{{ID: "tone", Text: "short"}}
+	pending := func(ids ...string) []agentsv1alpha1.OutboxMessage {
+		var out []agentsv1alpha1.OutboxMessage
+		for _, id := range ids {
+			out = append(out, agentsv1alpha1.OutboxMessage{ID: id})
+		}
+		return out
+	}
+	t.Run("moves the message from pending to delivered", func(t *testing.T) {
+		g := NewWithT(t)
+		m := agentsv1alpha1.MessagesStatus{Pending: pending("tone", "ciFailed.abc.1")}
+		g.Expect(ackMessage(&m, spec, "tone")).To(Succeed())
+		g.Expect(m).To(Equal(agentsv1alpha1.MessagesStatus{Pending: pending("ciFailed.abc.1"), Delivered: []string{"tone"}}))
+		g.Expect(ackMessage(&m, spec, "ciFailed.abc.1")).To(Succeed())
+		g.Expect(m).To(Equal(agentsv1alpha1.MessagesStatus{Delivered: []string{"tone", "ciFailed.abc.1"}}))
+	})
+	t.Run("a second ack is a conflict", func(t *testing.T) {
+		m := agentsv1alpha1.MessagesStatus{Delivered: []string{"tone"}}
+		NewWithT(t).Expect(errors.Is(ackMessage(&m, spec, "tone"), runnerapi.ErrConflict)).To(BeTrue())
+	})
+	t.Run("an unknown id is not found", func(t *testing.T) {
+		m := agentsv1alpha1.MessagesStatus{Pending: pending("tone")}
+		NewWithT(t).Expect(errors.Is(ackMessage(&m, spec, "other"), runnerapi.ErrNotFound)).To(BeTrue())
+	})
+	t.Run("a full list drops reaction ids first, never spec ids", func(t *testing.T) {
+		g := NewWithT(t)
+		m := agentsv1alpha1.MessagesStatus{Pending: pending("tone"), Delivered: []string{"ciFailed.old.1"}}
+		for i := range maxDelivered - 1 {
+			m.Delivered = append(m.Delivered, fmt.Sprintf("stuck.x.%d", i))
+		}
+		g.Expect(ackMessage(&m, spec, "tone")).To(Succeed())
+		g.Expect(m.Delivered).To(HaveLen(maxDelivered))
+		g.Expect(m.Delivered).To(ContainElement("tone"))
+		g.Expect(m.Delivered).NotTo(ContainElement("ciFailed.old.1"))
+	})
+}
+
+func TestPendingMessages(t *testing.T) {
+	s := MakeSession("s", "ns", "widgets").Prompt("p").Message("tone", "Keep it short.").Message("late", "Later.").Obj()
+	s.Status.Messages = agentsv1alpha1.MessagesStatus{
+		Pending: []agentsv1alpha1.OutboxMessage{
+			{ID: "done", Source: agentsv1alpha1.MessageFromUser},
+			{ID: "ciFailed.abc.1", Source: agentsv1alpha1.MessageFromReaction, Trigger: agentsv1alpha1.TriggerCIFailed, Text: "CI failed"},
+			{ID: "tone", Source: agentsv1alpha1.MessageFromUser},
+			{ID: "removed-from-spec", Source: agentsv1alpha1.MessageFromUser},
+		},
+		Delivered: []string{"done"},
+	}
+	NewWithT(t).Expect(pendingMessages(s)).To(Equal([]runnerapi.Message{
+		{ID: "ciFailed.abc.1", Text: "CI failed", Source: agentsv1alpha1.MessageFromReaction},
+		{ID: "tone", Text: "Keep it short.", Source: agentsv1alpha1.MessageFromUser},
+	}))
+	NewWithT(t).Expect(pendingMessages(MakeSession("e", "ns", "widgets").Obj())).To(BeEmpty())
+}
+
+func TestMergeAgent(t *testing.T) {
+	cpu := resource.MustParse("2")
+	base := agentsv1alpha1.AgentSpec{
+		Type: agentsv1alpha1.AgentClaudeCode, Image: "claude:1", Model: "sonnet", PermissionMode: agentsv1alpha1.PermissionBypass,
+		Credentials: []agentsv1alpha1.AgentCredential{{EnvName: "ANTHROPIC_API_KEY", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "llm", Key: "key"}}},
+		Env:         []agentsv1alpha1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}},
+		ExtraArgs:   []string{"--verbose"}, ExtraInstructions: "Be careful.",
+	}
+	cases := []struct {
+		name     string
+		override *agentsv1alpha1.AgentSpec
+		want     agentsv1alpha1.AgentSpec
+	}{
+		{"no override", nil, base},
+		{"another agent type drops the Project's image and model",
+			&agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentCodex},
+			func() agentsv1alpha1.AgentSpec {
+				w := *base.DeepCopy()
+				w.Type, w.Image, w.Model = agentsv1alpha1.AgentCodex, "", ""
+				return w
+			}()},
+		{"field by field",
+			&agentsv1alpha1.AgentSpec{
+				Type: agentsv1alpha1.AgentClaudeCode, Model: "opus", PermissionMode: agentsv1alpha1.PermissionReadOnly,
+				Credentials: []agentsv1alpha1.AgentCredential{
+					{EnvName: "ANTHROPIC_API_KEY", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "mine", Key: "k"}},
+					{EnvName: "GH", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "gh", Key: "t"}},
+				},
+				Env:       []agentsv1alpha1.EnvVar{{Name: "B", Value: "20"}, {Name: "C", Value: "3"}},
+				ExtraArgs: []string{"--quiet"}, ExtraInstructions: "Be quick.",
+				Resources: &agentsv1alpha1.ResourceRequirements{Limits: agentsv1alpha1.ResourceList{CPU: &cpu}},
+			},
+			agentsv1alpha1.AgentSpec{
+				Type: agentsv1alpha1.AgentClaudeCode, Image: "claude:1", Model: "opus", PermissionMode: agentsv1alpha1.PermissionReadOnly,
+				Credentials: []agentsv1alpha1.AgentCredential{
+					{EnvName: "ANTHROPIC_API_KEY", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "mine", Key: "k"}},
+					{EnvName: "GH", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "gh", Key: "t"}},
+				},
+				Env:       []agentsv1alpha1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "20"}, {Name: "C", Value: "3"}},
+				ExtraArgs: []string{"--quiet"}, ExtraInstructions: "Be quick.",
+				Resources: &agentsv1alpha1.ResourceRequirements{Limits: agentsv1alpha1.ResourceList{CPU: &cpu}},
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			before := base.DeepCopy()
+			g.Expect(mergeAgent(base, c.override)).To(Equal(c.want))
+			g.Expect(base).To(Equal(*before), "the Project's spec is not changed")
+		})
+	}
+}
+
+func TestAgentEnv(t *testing.T) {
+	g := NewWithT(t)
+	env := agentEnv(agentsv1alpha1.AgentSpec{
+		Env: []agentsv1alpha1.EnvVar{{Name: "MODEL_URL", Value: "http://llm"}},
+		Credentials: []agentsv1alpha1.AgentCredential{
+			{EnvName: "ANTHROPIC_API_KEY", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "llm", Key: "key"}},
+		},
+	})
+	g.Expect(env).To(Equal([]corev1.EnvVar{
+		{Name: "ANTHROPIC_API_KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "llm"}, Key: "key"}}},
+		{Name: "MODEL_URL", Value: "http://llm"},
+	}))
+	g.Expect(agentEnv(agentsv1alpha1.AgentSpec{})).To(BeEmpty())
+}
+
+func TestPrepareArgs(t *testing.T) {
+	p := MakeProject("widgets", "ns").URL("https://github.com/acme/widgets.git").Obj()
+	wt := MakeWorktree("wt", "ns", "widgets", "feature/x").Obj()
+	vol := worktreeVolume("widgets", wt, agentsv1alpha1.WorkspaceWorktree)
+	cases := []struct {
+		name    string
+		project func(*agentsv1alpha1.Project)
+		wt      func(*agentsv1alpha1.Worktree)
+		mode    agentsv1alpha1.WorkspaceMode
+		want    []string
+	}{
+		{"worktree mode: base main, from the mirror", nil, nil, agentsv1alpha1.WorkspaceWorktree, []string{
+			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=https://github.com/acme/widgets.git",
+			"--branch=feature/x", "--base=main", "--adopt=false", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
+		}},
+		{"clone mode: no mirror; the Project's default branch as base; adopt", func(p *agentsv1alpha1.Project) {
+			p.Spec.Repository.DefaultBranch = "trunk"
+		}, func(w *agentsv1alpha1.Worktree) { w.Spec.Adopt = true }, agentsv1alpha1.WorkspaceClone, []string{
+			"prepare", "--mode=Clone", "--path=/shepherd/workspace/checkout", "--remote-url=https://github.com/acme/widgets.git",
+			"--branch=feature/x", "--base=trunk", "--adopt=true", "--result-file=/dev/termination-log",
+		}},
+		{"the Worktree's base wins; setup commands as JSON", func(p *agentsv1alpha1.Project) {
+			p.Spec.Workspace.Setup = []agentsv1alpha1.SetupCommand{{Name: "deps", Command: []string{"go", "mod", "download"}}}
+		}, func(w *agentsv1alpha1.Worktree) { w.Spec.Base = "release-1" }, agentsv1alpha1.WorkspaceWorktree, []string{
+			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=https://github.com/acme/widgets.git",
+			"--branch=feature/x", "--base=release-1", "--adopt=false", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
+			`--setup=[{"name":"deps","command":["go","mod","download"]}]`,
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p, w := p.DeepCopy(), wt.DeepCopy()
+			if c.project != nil {
+				c.project(p)
+			}
+			if c.wt != nil {
+				c.wt(w)
+			}
+			v := vol
+			if c.mode != v.Mode {
+				v = worktreeVolume("widgets", w, c.mode)
+			}
+			args, err := prepareArgs(p, w, v)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(args).To(Equal(c.want))
+		})
+	}
+}
+
+// testDeps are Deps with the options that shape pods.
+func testDeps() *Deps {
+	return &Deps{Options: Options{
+		RunnerImage: "runner:1", RunnerURL: "http://shepherd-runner.shepherd-system.svc:8090",
+		AgentImages: map[agentsv1alpha1.AgentType]string{agentsv1alpha1.AgentClaudeCode: "claude:default"},
+	}}
+}
+
+// expectRestricted checks a pod against the restricted Pod Security Standard and Shepherd's own
+// rules: no API token, Secrets only by reference, the runner token bound to its audience.
+func expectRestricted(g Gomega, pod *corev1.Pod) {
+	spec := pod.Spec
+	g.Expect(spec.AutomountServiceAccountToken).To(HaveValue(BeFalse()), "no service account token is mounted")
+	g.Expect(spec.HostNetwork || spec.HostPID || spec.HostIPC).To(BeFalse())
+	g.Expect(spec.SecurityContext).NotTo(BeNil())
+	g.Expect(spec.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
+	g.Expect(spec.SecurityContext.RunAsUser).To(HaveValue(Not(BeZero())))
+	g.Expect(spec.SecurityContext.SeccompProfile).To(HaveField("Type", corev1.SeccompProfileTypeRuntimeDefault))
+	for _, v := range spec.Volumes {
+		g.Expect(v.HostPath).To(BeNil(), "volume %s", v.Name)
+		g.Expect(v.Secret).To(BeNil(), "volume %s: no Secret is mounted", v.Name)
+		g.Expect(v.Name).NotTo(HavePrefix("kube-api-access"))
+		if v.Projected != nil {
+			g.Expect(v.Name).To(Equal("runner-token"))
+			g.Expect(v.Projected.Sources).To(ConsistOf(HaveField("ServiceAccountToken", And(
+				Not(BeNil()), HaveField("Audience", runnerapi.Audience), HaveField("ExpirationSeconds", HaveValue(BeNumerically("<=", 3600)))))))
+		}
+	}
+	for _, c := range append(append([]corev1.Container(nil), spec.InitContainers...), spec.Containers...) {
+		sc := c.SecurityContext
+		g.Expect(sc).NotTo(BeNil(), "container %s", c.Name)
+		g.Expect(sc.AllowPrivilegeEscalation).To(HaveValue(BeFalse()), "container %s", c.Name)
+		g.Expect(sc.Privileged).To(Or(BeNil(), HaveValue(BeFalse())), "container %s", c.Name)
+		g.Expect(sc.RunAsNonRoot).To(HaveValue(BeTrue()), "container %s", c.Name)
+		g.Expect(sc.Capabilities).To(HaveField("Drop", ConsistOf(corev1.Capability("ALL"))), "container %s", c.Name)
+		g.Expect(sc.Capabilities.Add).To(BeEmpty(), "container %s", c.Name)
+		g.Expect(sc.SeccompProfile).To(HaveField("Type", corev1.SeccompProfileTypeRuntimeDefault), "container %s", c.Name)
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				g.Expect(e.ValueFrom.SecretKeyRef).NotTo(BeNil(), "env %s of %s: only Secret references", e.Name, c.Name)
+			}
+			g.Expect(strings.ToLower(e.Value)).NotTo(ContainSubstring("secret-value"), "env %s of %s", e.Name, c.Name)
+		}
+		g.Expect(c.EnvFrom).To(BeEmpty(), "container %s", c.Name)
+	}
+}
+
+func TestAgentPod(t *testing.T) {
+	g := NewWithT(t)
+	mem := resource.MustParse("4Gi")
+	p := MakeProject("widgets", "ns").URL("https://github.com/acme/widgets.git").Obj()
+	p.Spec.Agent.Credentials = []agentsv1alpha1.AgentCredential{{EnvName: "ANTHROPIC_API_KEY", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "llm", Key: "key"}}}
+	p.Spec.Agent.Env = []agentsv1alpha1.EnvVar{{Name: "MODEL_URL", Value: "http://llm"}}
+	p.Spec.Agent.Resources = &agentsv1alpha1.ResourceRequirements{Limits: agentsv1alpha1.ResourceList{Memory: &mem}}
+	s := MakeSession("fix", "ns", "widgets").Prompt("p").Obj()
+	wt := MakeWorktree("fix", "ns", "widgets", "shepherd/fix").Obj()
+	vol := worktreeVolume("widgets", wt, agentsv1alpha1.WorkspaceWorktree)
+	d := testDeps()
+
+	pod, err := d.agentPod(s, p, wt, vol, mergeAgent(p.Spec.Agent, s.Spec.Agent))
+	g.Expect(err).NotTo(HaveOccurred())
+	expectRestricted(g, pod)
+	g.Expect(pod.Name).To(Equal("fix-agent"))
+	g.Expect(pod.Labels).To(And(
+		HaveKeyWithValue(agentsv1alpha1.LabelSession, "fix"), HaveKeyWithValue(agentsv1alpha1.LabelWorktree, "fix"),
+		HaveKeyWithValue(agentsv1alpha1.LabelProject, "widgets"), HaveKeyWithValue(agentsv1alpha1.LabelComponent, "agent"),
+		HaveKeyWithValue(agentsv1alpha1.LabelManagedBy, agentsv1alpha1.ManagedByValue)))
+	g.Expect(pod.Spec.ServiceAccountName).To(Equal("widgets-agent"))
+	g.Expect(pod.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
+	g.Expect(pod.Spec.InitContainers).To(HaveExactElements(
+		And(HaveField("Name", "copy-runner"), HaveField("Image", "runner:1"), HaveField("Args", ContainElement("copy-self"))),
+		And(HaveField("Name", "prepare"), HaveField("Image", "claude:default"), HaveField("Command", []string{"/shepherd/bin/runner"}),
+			HaveField("Args", ContainElements("prepare", "--branch=shepherd/fix"))),
+	))
+	g.Expect(pod.Spec.Containers).To(HaveLen(1))
+	agent := pod.Spec.Containers[0]
+	g.Expect(agent.Name).To(Equal("agent"))
+	g.Expect(agent.Command).To(Equal([]string{"/shepherd/bin/runner"}))
+	g.Expect(agent.Args).To(Equal([]string{"run", "--workdir=/shepherd/workspace/worktrees/fix"}))
+	g.Expect(agent.Resources.Limits).To(HaveKeyWithValue(corev1.ResourceMemory, mem))
+	g.Expect(agent.Env).To(ContainElements(
+		corev1.EnvVar{Name: "SHEPHERD_MANAGER_URL", Value: "http://shepherd-runner.shepherd-system.svc:8090"},
+		corev1.EnvVar{Name: "SHEPHERD_TOKEN_FILE", Value: "/var/run/secrets/shepherd/token"},
+		corev1.EnvVar{Name: "MODEL_URL", Value: "http://llm"},
+		HaveField("ValueFrom.SecretKeyRef.Key", "key"),
+	))
+	g.Expect(agent.VolumeMounts).To(ContainElements(
+		corev1.VolumeMount{Name: "runner-token", MountPath: "/var/run/secrets/shepherd", ReadOnly: true},
+		corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace"},
+	))
+	g.Expect(pod.Spec.Volumes).To(ContainElement(And(HaveField("Name", "workspace"),
+		HaveField("PersistentVolumeClaim.ClaimName", "widgets-workspace"))))
+
+	again, err := d.agentPod(s, p, wt, vol, mergeAgent(p.Spec.Agent, s.Spec.Agent))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(Equal(pod), "the builder is deterministic")
+}
+
+func TestWorktreePod(t *testing.T) {
+	g := NewWithT(t)
+	p := MakeProject("widgets", "ns").Obj()
+	wt := MakeWorktree("feature", "ns", "widgets", "feature/x").Obj()
+	wt.Generation = 3
+	wt.Annotations = map[string]string{agentsv1alpha1.ReconcileRequestAnnotation: "now"}
+	d := testDeps()
+
+	prep, err := d.worktreePod(p, wt, worktreeVolume("widgets", wt, agentsv1alpha1.WorkspaceClone), operationPrepare)
+	g.Expect(err).NotTo(HaveOccurred())
+	expectRestricted(g, prep)
+	g.Expect(prep.Name).To(Equal("feature-worktree"))
+	g.Expect(prep.Labels).To(And(HaveKeyWithValue(agentsv1alpha1.LabelWorktree, "feature"), HaveKeyWithValue(agentsv1alpha1.LabelComponent, "worktree"),
+		Not(HaveKey(agentsv1alpha1.LabelSession))), "a worktree pod is no session's: the runner channel refuses it")
+	g.Expect(prep.Annotations).To(Equal(map[string]string{
+		annotationOperation: operationPrepare, annotationGeneration: "3", agentsv1alpha1.ReconcileRequestAnnotation: "now"}))
+	g.Expect(prep.Spec.Containers).To(ConsistOf(And(HaveField("Name", "prepare"), HaveField("Image", "claude:default"),
+		HaveField("Args", ContainElements("prepare", "--mode=Clone")))))
+	g.Expect(prep.Spec.Volumes).To(ContainElement(And(HaveField("Name", "workspace"),
+		HaveField("PersistentVolumeClaim.ClaimName", "feature-checkout"))))
+
+	rm, err := d.worktreePod(p, wt, worktreeVolume("widgets", wt, agentsv1alpha1.WorkspaceWorktree), operationRemove)
+	g.Expect(err).NotTo(HaveOccurred())
+	expectRestricted(g, rm)
+	g.Expect(rm.Spec.Containers).To(ConsistOf(And(HaveField("Name", "remove"), HaveField("Args", Equal([]string{
+		"remove", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/feature", "--mirror=/shepherd/workspace/mirror.git"})))))
+}
+
+func TestMessagesWaiting(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(messagesWaiting(agentsv1alpha1.MessagesStatus{}, nil)).To(BeFalse())
+	g.Expect(messagesWaiting(agentsv1alpha1.MessagesStatus{}, []agentsv1alpha1.OutboxMessage{{ID: "a"}})).To(BeTrue())
+	g.Expect(messagesWaiting(agentsv1alpha1.MessagesStatus{Pending: []agentsv1alpha1.OutboxMessage{{ID: "a"}}}, nil)).To(BeTrue())
+	g.Expect(messagesWaiting(agentsv1alpha1.MessagesStatus{Pending: []agentsv1alpha1.OutboxMessage{{ID: "a"}}, Delivered: []string{"a"}}, nil)).To(BeFalse())
+}
+
+func TestNodeLost(t *testing.T) {
+	now := t0
+	node := func(status corev1.ConditionStatus, since time.Duration) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(now.Add(-since)),
+		}}}}
+	}
+	cases := []struct {
+		name  string
+		node  *corev1.Node
+		found bool
+		want  bool
+	}{
+		{"the node is gone", nil, false, true},
+		{"ready", node(corev1.ConditionTrue, time.Hour), true, false},
+		{"not ready, within the grace", node(corev1.ConditionFalse, 30*time.Second), true, false},
+		{"not ready past the grace", node(corev1.ConditionUnknown, 3*time.Minute), true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			NewWithT(t).Expect(nodeLost(c.node, c.found, now, 2*time.Minute)).To(Equal(c.want))
+		})
+	}
+}
+
+func TestRunnerEvidence(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(runnerEvidence(SessionReport{}, false)).To(Equal(lifecycle.RunnerEvidence{}))
+	g.Expect(runnerEvidence(SessionReport{PullRequest: &runnerapi.PullRequestResult{Number: 4}}, true)).
+		To(Equal(lifecycle.RunnerEvidence{PullRequestNumber: 4}), "a pull request opened before any report is evidence, not a report")
+	code := int32(1)
+	r := SessionReport{
+		PodUID: "uid-2", Received: t0,
+		Activity: &runnerapi.ActivityReport{State: agentsv1alpha1.ActivityExited, LastActivityTime: t0.Add(-time.Minute), ExitCode: &code, Message: "boom"},
+		Agent:    runnerapi.AgentReport{SessionID: "conv"}, Summary: "did things",
+		Usage: &runnerapi.Usage{CostUSD: "0.42", InputTokens: 10, OutputTokens: 20, Turns: 2},
+	}
+	g.Expect(runnerEvidence(r, true)).To(Equal(lifecycle.RunnerEvidence{
+		Reported: true, PodUID: "uid-2", ReportTime: t0, State: agentsv1alpha1.ActivityExited, LastActivityTime: t0.Add(-time.Minute),
+		ExitCode: &code, Message: "boom", AgentSessionID: "conv", Summary: "did things",
+		Usage: &agentsv1alpha1.UsageStatus{CostUSD: "0.42", InputTokens: 10, OutputTokens: 20, Turns: 2},
+	}))
+}
