@@ -147,10 +147,8 @@ const (
 	// WorktreeFinalizer holds a Worktree until its checkout is removed, and refuses deletion while a
 	// session is bound or commits are unpushed (unless ForceDeleteAnnotation is "true").
 	WorktreeFinalizer = "agents.shepherd.dev/worktree-protection"
-	// AgentSessionFinalizer lets a session release its queue slot and notify before it goes.
-	AgentSessionFinalizer = "agents.shepherd.dev/session-cleanup"
-	// ProjectFinalizer removes the Project's mirror volume.
-	ProjectFinalizer = "agents.shepherd.dev/project-cleanup"
+	// Sessions and Projects have no finalizer: their children carry owner references and the
+	// garbage collector removes them, so deleting them costs no extra write.
 )
 
 // Annotations and labels.

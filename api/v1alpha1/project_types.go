@@ -140,7 +140,7 @@ type SCMSpec struct {
 	// the safety-net poll relaxes to 10 times this interval (at most 1h), returning to it when
 	// webhooks fall silent. Defaults to 1m; between 10s and 1h.
 	// +optional
-	// +kubebuilder:default="1m"
+	// +kubebuilder:default="1m0s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('1h')`,message="pollInterval must be between 10s and 1h"
@@ -287,7 +287,7 @@ type SetupCommand struct {
 
 	// Timeout of the command. Defaults to 10m; between 1s and 2h.
 	// +optional
-	// +kubebuilder:default="10m"
+	// +kubebuilder:default="10m0s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('1s') && duration(self) <= duration('2h')`,message="setup timeout must be between 1s and 2h"
@@ -572,7 +572,7 @@ type BacklogSpec struct {
 
 	// Interval between tracker queries. Default 1m; 10s..24h.
 	// +optional
-	// +kubebuilder:default="1m"
+	// +kubebuilder:default="1m0s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('24h')`,message="backlog interval must be between 10s and 24h"

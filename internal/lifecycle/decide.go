@@ -140,6 +140,10 @@ func (e *eval) decision() Decision {
 		}
 	}
 	d.AdmittedTime = e.prev.AdmittedTime.DeepCopy()
+	if e.prevPhase == agentsv1alpha1.PhaseStopped && e.phase != agentsv1alpha1.PhaseStopped {
+		// A restore is admitted anew (it may have waited in the queue): its slot dates from now.
+		d.AdmittedTime = nil
+	}
 	if d.AdmittedTime == nil && e.in.Spec.Admitted && (e.phase == agentsv1alpha1.PhaseSpawning || e.agent.live) {
 		d.AdmittedTime = ptr(metav1.NewTime(e.now))
 	}
