@@ -37,6 +37,9 @@ func main1() int {
 		usage()
 		return 2
 	}
+	if os.Args[1] != "copy-self" {
+		ensureHome()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	var code int
@@ -210,4 +213,16 @@ func remove(ctx context.Context, args []string) error {
 		return errors.New("--path is required")
 	}
 	return workspace.Remove(ctx, runner.NewGit(*gitPath, "", runner.Channel{}, os.Stderr), agentsv1alpha1.WorkspaceMode(*mode), *path, *mirrorPath)
+}
+
+// ensureHome creates $HOME when it is missing: Shepherd points it at a directory on the workspace
+// volume (so agents' conversations survive a pod restore), which nothing else creates.
+func ensureHome() {
+	home := os.Getenv("HOME")
+	if home == "" || home == "/" {
+		return
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		fmt.Fprintf(os.Stderr, "runner: cannot create HOME %s: %v\n", home, err)
+	}
 }

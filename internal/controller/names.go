@@ -42,7 +42,6 @@ const (
 	mirrorPath     = workspaceMount + "/mirror.git"
 	binMount       = "/shepherd/bin"
 	runnerBinary   = binMount + "/runner"
-	homeMount      = "/shepherd/home"
 	tokenMount     = "/var/run/secrets/shepherd"
 	tokenFile      = tokenMount + "/token"
 )

@@ -96,11 +96,14 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, project
 			AutomountServiceAccountToken: ptrTo(false),
 			EnableServiceLinks:           ptrTo(false),
 			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptrTo(true),
-				RunAsUser:      ptrTo(podUser),
-				RunAsGroup:     ptrTo(podUser),
-				FSGroup:        ptrTo(podUser),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				RunAsNonRoot: ptrTo(true),
+				RunAsUser:    ptrTo(podUser),
+				RunAsGroup:   ptrTo(podUser),
+				FSGroup:      ptrTo(podUser),
+				// Only a volume whose root is not already ours is walked: a large mirror would
+				// otherwise be re-chowned on every pod start.
+				FSGroupChangePolicy: ptrTo(corev1.FSGroupChangeOnRootMismatch),
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			InitContainers: []corev1.Container{{
 				Name:            "copy-runner",
@@ -117,7 +120,6 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, project
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "shepherd-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "shepherd-home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: vol.ClaimName}}},
 				{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
@@ -134,7 +136,6 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, project
 func runnerMounts() []corev1.VolumeMount {
 	return []corev1.VolumeMount{
 		{Name: "shepherd-bin", MountPath: binMount, ReadOnly: true},
-		{Name: "shepherd-home", MountPath: homeMount},
 		{Name: "tmp", MountPath: "/tmp"},
 		{Name: "workspace", MountPath: workspaceMount},
 		{Name: "runner-token", MountPath: tokenMount, ReadOnly: true},
@@ -142,9 +143,12 @@ func runnerMounts() []corev1.VolumeMount {
 }
 
 // runnerEnv is the environment of a container that runs the copied runner.
-func (d *Deps) runnerEnv() []corev1.EnvVar {
+// HOME is on the workspace volume, one per session, because agents keep their conversations
+// there (Claude Code and OpenCode under ~/.local, ~/.claude): a restored pod resumes the same
+// conversation only if its home survived. The runner creates it on first use.
+func (d *Deps) runnerEnv(home string) []corev1.EnvVar {
 	return []corev1.EnvVar{
-		{Name: "HOME", Value: homeMount},
+		{Name: "HOME", Value: home},
 		{Name: "SHEPHERD_MANAGER_URL", Value: d.Options.RunnerURL},
 		{Name: "SHEPHERD_TOKEN_FILE", Value: tokenFile},
 	}
@@ -282,7 +286,7 @@ func (d *Deps) worktreePod(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktre
 		ImagePullPolicy:          pull,
 		Command:                  []string{runnerBinary},
 		Args:                     args,
-		Env:                      d.runnerEnv(),
+		Env:                      d.runnerEnv(homePath("worktree-" + wt.Name)),
 		VolumeMounts:             runnerMounts(),
 		SecurityContext:          restrictedContainer(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -321,7 +325,7 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 		ImagePullPolicy:          pull,
 		Command:                  []string{runnerBinary},
 		Args:                     args,
-		Env:                      d.runnerEnv(),
+		Env:                      d.runnerEnv(homePath(sess.Name)),
 		VolumeMounts:             runnerMounts(),
 		SecurityContext:          restrictedContainer(),
 		Resources:                agentResources(agent.Resources),
@@ -334,11 +338,26 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 		Command:                  []string{runnerBinary},
 		Args:                     []string{"run", "--workdir=" + vol.Path},
 		WorkingDir:               vol.Path,
-		Env:                      append(d.runnerEnv(), agentEnv(agent)...),
+		Env:                      append(append(d.runnerEnv(homePath(sess.Name)), gitIdentity(sess.Name)...), agentEnv(agent)...),
 		VolumeMounts:             runnerMounts(),
 		SecurityContext:          restrictedContainer(),
 		Resources:                agentResources(agent.Resources),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}}
 	return pod, nil
+}
+
+// homePath is a home directory on the workspace volume.
+func homePath(name string) string { return workspaceMount + "/homes/" + name }
+
+// gitIdentity names the commits an agent makes; a Project's agent.env may override it. git
+// refuses to commit with the identity it would guess in a container.
+func gitIdentity(session string) []corev1.EnvVar {
+	email := session + "@agents.shepherd.dev"
+	return []corev1.EnvVar{
+		{Name: "GIT_AUTHOR_NAME", Value: "Shepherd agent (" + session + ")"},
+		{Name: "GIT_AUTHOR_EMAIL", Value: email},
+		{Name: "GIT_COMMITTER_NAME", Value: "Shepherd agent (" + session + ")"},
+		{Name: "GIT_COMMITTER_EMAIL", Value: email},
+	}
 }
