@@ -21,6 +21,8 @@ type Watch struct {
 	Number int
 	// Head is the session's branch (and its owner for a fork; empty means the repository owner).
 	Head Head
+	// Base is the branch the pull request targets (optional; see RefreshRequest.Base).
+	Base string
 	// MaxAge overrides the Poller's MaxAge for this item (the Project's poll interval).
 	MaxAge time.Duration
 }
@@ -145,7 +147,7 @@ func (p *Poller) Register(key types.NamespacedName, w Watch) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	it, ok := p.items[key]
-	if ok && it.watch.Repo == w.Repo && it.watch.Head == w.Head && (it.watch.Number == w.Number || it.watch.Number == 0) {
+	if ok && it.watch.Repo == w.Repo && it.watch.Head == w.Head && it.watch.Base == w.Base && (it.watch.Number == w.Number || it.watch.Number == 0) {
 		it.watch = w
 		return
 	}
@@ -349,7 +351,7 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 }
 
 func (it *pollItem) request(full bool) RefreshRequest {
-	r := RefreshRequest{Ref: PRRef{Repo: it.watch.Repo, Number: it.watch.Number}, Head: it.watch.Head, Full: full}
+	r := RefreshRequest{Ref: PRRef{Repo: it.watch.Repo, Number: it.watch.Number}, Head: it.watch.Head, Base: it.watch.Base, Full: full}
 	if r.Ref.Number == 0 && it.obs.PullRequest != nil && it.obs.PullRequest.State == StateOpen {
 		// Found earlier and still open: follow it by number (cheaper than a search by head).
 		r.Ref.Number = it.obs.PullRequest.Number
@@ -477,6 +479,13 @@ func (p *Poller) run(ctx context.Context, pl *plan, start time.Time) ([]types.Na
 		}
 		if !it.probeDue.IsZero() && !start.Before(it.probeDue.Add(-p.opts.HintDelay)) {
 			it.probeDue = time.Time{}
+		}
+		if res.RecheckAfter > 0 {
+			// The forge is still computing (a mergeability check): look again soon, at the pace of
+			// hints, rather than at the next deadline.
+			if due := start.Add(res.RecheckAfter); it.fullDue.IsZero() || due.Before(it.fullDue) {
+				it.fullDue = due
+			}
 		}
 		it.contentHash = hashPR(it.obs.PullRequest)
 		if !wasObserved || it.contentHash != before || hadErr != nil {

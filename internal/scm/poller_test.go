@@ -299,3 +299,67 @@ func TestPollerStartStopsWithContext(t *testing.T) {
 	g.Expect(obs.PullRequest.Number).To(Equal(n))
 	g.Expect(p.NeedLeaderElection()).To(BeTrue())
 }
+
+// recheckSource answers every read with an open pull request whose mergeability is still being
+// computed for the first reads, as Gitea's conflict check makes its adapter answer.
+type recheckSource struct {
+	mu      sync.Mutex
+	reads   []scm.RefreshRequest
+	pending int
+}
+
+func (s *recheckSource) BatchSize() int { return 1 }
+
+func (s *recheckSource) Refresh(_ context.Context, reqs []scm.RefreshRequest) ([]scm.RefreshResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]scm.RefreshResult, len(reqs))
+	for i, r := range reqs {
+		s.reads = append(s.reads, r)
+		pr := &scm.PullRequest{Repo: r.Ref.Repo, Number: 7, State: scm.StateOpen, Mergeable: scm.MergeableTrue, MergeState: scm.MergeStateClean}
+		out[i] = scm.RefreshResult{PullRequest: pr, Fingerprint: "clean"}
+		if s.pending > 0 {
+			s.pending--
+			pr.Mergeable, pr.MergeState = scm.MergeableUnknown, scm.MergeStateUnknown
+			out[i] = scm.RefreshResult{PullRequest: pr, Fingerprint: "checking", RecheckAfter: 2 * time.Second}
+		}
+	}
+	return out, nil
+}
+
+func TestPollerRechecksWhatTheForgeIsStillComputing(t *testing.T) {
+	g := NewWithT(t)
+	clock := scmtest.NewClock()
+	src := &recheckSource{pending: 2}
+	p := scm.NewPoller(src, scm.PollerOptions{MaxAge: time.Hour, HintInterval: 5 * time.Second, Clock: clock})
+	k := key("checking")
+	repo := scm.Repo{Owner: "acme", Name: "widgets"}
+	p.Register(k, scm.Watch{Repo: repo, Head: scm.Head{Branch: "b"}, Base: "release"})
+	start := clock.Now()
+	next, err := p.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(src.reads).To(HaveLen(1))
+	g.Expect(src.reads[0].Base).To(Equal("release"), "the watch's base reaches the forge")
+	g.Expect(next).To(Equal(start.Add(2*time.Second)), "asked to look again, not in an hour")
+
+	clock.Set(next)
+	next, err = p.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(src.reads).To(HaveLen(2))
+	g.Expect(src.reads[1].Full).To(BeTrue())
+
+	// Still computing: read again, no sooner than HintInterval after the last hinted call.
+	for len(src.reads) < 3 {
+		g.Expect(next.IsZero()).To(BeFalse())
+		clock.Set(next)
+		next, err = p.Poll(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(clock.Now()).To(Equal(start.Add(2*time.Second+5*time.Second)), "rechecks are paced like hints")
+	obs, _ := p.Get(k)
+	g.Expect(obs.PullRequest.MergeState).To(Equal(scm.MergeStateClean))
+	next, err = p.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(src.reads).To(HaveLen(3), "decided: nothing due until the deadline")
+	g.Expect(next.Sub(clock.Now())).To(BeNumerically(">", 50*time.Minute))
+}

@@ -52,6 +52,10 @@ type CredentialIssuer interface {
 type RefreshRequest struct {
 	Ref  PRRef // Ref.Number == 0: find the pull request for Head
 	Head Head
+	// Base is the branch the pull request targets, when known. A forge that looks pull requests
+	// up by base and head (Gitea) uses the repository's default branch when it is empty; GitHub
+	// finds them by head alone and ignores it.
+	Base string
 	// Full asks for reviews, threads and each check too; otherwise a cheap probe that reads the
 	// state, head, mergeability, review decision and the checks' overall state.
 	Full bool
@@ -66,6 +70,10 @@ type RefreshResult struct {
 	Fingerprint string
 	// Err is this item's error (the whole call's error is returned separately).
 	Err error
+	// RecheckAfter asks for a full read again after this long, because the forge was still
+	// computing something the answer depends on (Gitea's conflict check: mergeability Unknown).
+	// Zero when nothing is pending. The Poller treats it like a webhook hint for the item.
+	RecheckAfter time.Duration
 }
 
 // Refresher is the batched read the Poller drives.

@@ -209,7 +209,8 @@ type PullRequest struct {
 	HeadSHA   string
 	BaseRef   string
 	Mergeable Mergeable
-	// MergeState is the forge's own view; Unknown when it has none (Gitea).
+	// MergeState is the forge's view (GitHub's mergeStateStatus). Gitea has none: its adapter
+	// derives it from the same facts Gitea's merge check uses (docs/gitea.md).
 	MergeState     MergeState
 	ReviewDecision ReviewDecision
 	Reviews        []Review

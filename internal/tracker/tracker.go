@@ -64,7 +64,7 @@ type Tracker interface {
 
 // Config is what an adapter needs.
 type Config struct {
-	// Provider is the registry name: "github" or "linear".
+	// Provider is the registry name: "github", "gitea" or "linear".
 	Provider string
 	// APIURL overrides the API endpoint (GitHub Enterprise, the fakes).
 	APIURL string

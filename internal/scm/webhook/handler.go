@@ -1,7 +1,9 @@
-// Package webhook receives GitHub webhooks for the manager: it verifies each delivery's
+// Package webhook receives GitHub and Gitea webhooks for the manager: it verifies each delivery's
 // X-Hub-Signature-256 with the repository's secret, drops repeated deliveries and turns the
 // supported events into scm.Hint values ("these pull requests need a look"). It trusts nothing in
-// a payload beyond routing. Gitea sends the same headers, so the handler serves it too.
+// a payload beyond routing. Gitea's deliveries (webhook type "gitea") carry GitHub's headers too
+// (X-GitHub-Event, X-GitHub-Delivery, X-Hub-Signature-256) besides its own X-Gitea-*; the handler
+// reads either, and routes Gitea's event names (parse.go) to the same hints.
 package webhook
 
 import (
@@ -83,8 +85,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	event := r.Header.Get("X-GitHub-Event")
-	delivery := r.Header.Get("X-GitHub-Delivery")
+	event := headerOr(r.Header, "X-GitHub-Event", "X-Gitea-Event")
+	delivery := headerOr(r.Header, "X-GitHub-Delivery", "X-Gitea-Delivery")
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -98,6 +100,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sig, ok := strings.CutPrefix(r.Header.Get("X-Hub-Signature-256"), "sha256=")
+	if !ok && r.Header.Get("X-Hub-Signature-256") == "" {
+		// Gitea's own header: the same HMAC-SHA256, hex without a prefix.
+		sig = r.Header.Get("X-Gitea-Signature")
+		ok = sig != ""
+	}
 	if !ok {
 		h.count(event, "bad_signature")
 		http.Error(w, "missing X-Hub-Signature-256", http.StatusUnauthorized)
@@ -147,6 +154,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.opts.Logger.V(1).Info("Webhook delivery routed", "event", event, "delivery", delivery, "repository", repo.String())
 	h.opts.OnHint(hint)
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// headerOr returns the first of the headers that is set.
+func headerOr(h http.Header, names ...string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // Sign returns the X-Hub-Signature-256 value of body ("sha256=<hex>").

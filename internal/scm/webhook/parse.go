@@ -11,17 +11,24 @@ import (
 // maxRefs bounds each list in a hint, whatever a payload carries.
 const maxRefs = 100
 
-// Events the handler turns into hints.
+// Events the handler turns into hints: GitHub's names, and Gitea's where they differ. Gitea sends
+// its reviews as pull_request_approved, pull_request_rejected and pull_request_comment (a line
+// comment) with the pull_request payload, a push to a pull request's head as pull_request with
+// action "synchronized", and branch deletions as delete, as GitHub does.
 var events = map[string]bool{
 	"pull_request":                true,
 	"pull_request_review":         true,
 	"pull_request_review_comment": true,
 	"pull_request_review_thread":  true,
+	"pull_request_approved":       true, // Gitea
+	"pull_request_rejected":       true, // Gitea
+	"pull_request_comment":        true, // Gitea
 	"check_run":                   true,
 	"check_suite":                 true,
 	"status":                      true,
 	"issue_comment":               true,
 	"push":                        true,
+	"delete":                      true,
 	"ping":                        true,
 }
 
@@ -37,6 +44,7 @@ type payload struct {
 	Number      int     `json:"number"`
 	PullRequest *prRef  `json:"pull_request"`
 	Ref         string  `json:"ref"`
+	RefType     string  `json:"ref_type"`
 	After       string  `json:"after"`
 	SHA         string  `json:"sha"`
 	Branches    []named `json:"branches"`
@@ -105,7 +113,8 @@ func Parse(event string, body []byte) (scm.Hint, error) {
 	}
 	h := &hintBuilder{hint: scm.Hint{Repo: repo, Event: event}}
 	switch event {
-	case "pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread":
+	case "pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread",
+		"pull_request_approved", "pull_request_rejected", "pull_request_comment":
 		h.number(p.Number)
 		h.pr(p.PullRequest)
 	case "check_run":
@@ -132,6 +141,11 @@ func Parse(event string, body []byte) (scm.Hint, error) {
 		if b, ok := strings.CutPrefix(p.Ref, "refs/heads/"); ok {
 			h.branch(b)
 			h.sha(p.After)
+		}
+	case "delete":
+		// A deleted head leaves its pull requests open or merged; a deleted base closes them.
+		if p.RefType == "branch" {
+			h.branch(strings.TrimPrefix(p.Ref, "refs/heads/"))
 		}
 	case "ping":
 	default:

@@ -226,10 +226,15 @@ func FuzzParse(f *testing.F) {
 		"issue_comment.created", "pull_request_review_thread.resolved", "pull_request_review.submitted", "pull_request_review_comment.created"} {
 		f.Add(strings.SplitN(name, ".", 2)[0], fakegithub.Fixture("webhooks/"+name+".json"))
 	}
+	for _, name := range []string{"pull_request_sync", "pull_request_review_approved", "pull_request_review_rejected",
+		"pull_request_review_comment", "pull_request_comment", "status", "push", "delete"} {
+		event, body := giteaFixture(f, name)
+		f.Add(event, body)
+	}
 	f.Add("push", []byte(`{"ref":"refs/heads/`+strings.Repeat("x", 300)+`","repository":{"full_name":"a/b"}}`))
 	f.Add("check_run", []byte(`{"check_run":{"pull_requests":[`+strings.Repeat(`{"number":1},`, 50)+`{"number":2}]},"repository":{"full_name":"a/b"}}`))
 	events := []string{"pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread", "check_run",
-		"check_suite", "status", "issue_comment", "push", "ping"}
+		"check_suite", "status", "issue_comment", "push", "ping", "pull_request_approved", "pull_request_rejected", "pull_request_comment", "delete"}
 	f.Fuzz(func(t *testing.T, event string, body []byte) {
 		if !Supported(event) {
 			event = events[len(body)%len(events)]

@@ -1,0 +1,12 @@
+# A real Gitea for the adapter tests and the Gitea e2e (docs/gitea.md). Included by the Makefile.
+
+##@ Gitea
+
+.PHONY: gitea
+gitea: ## Build the pinned Gitea into the shared cache (once, ~3.5 min cold); print its directory.
+	@hack/gitea.sh build
+
+# The Gitea adapter tests (internal/scm/gitea, internal/tracker/gitea) start a real Gitea. Build it
+# before `go test`, so that a cold build runs outside the test binaries' 10-minute timeout; a warm
+# cache makes this a no-op.
+test: gitea
