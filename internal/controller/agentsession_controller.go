@@ -445,7 +445,10 @@ func (r *AgentSessionReconciler) reconcilePod(ctx context.Context, s *sessionSco
 	needAgent := d.Phase == agentsv1alpha1.PhaseSpawning || messagesWaiting(s.sess.Status.Messages, d.Outbox)
 	if s.pod != nil {
 		finished := s.pod.Status.Phase == corev1.PodSucceeded || s.pod.Status.Phase == corev1.PodFailed
-		if !live || (finished && needAgent) {
+		// An Errored session keeps its finished pod, so that `kubectl logs` shows why; it holds
+		// no resources, and goes with the session or when the session runs again.
+		keepForDiagnosis := finished && d.Phase == agentsv1alpha1.PhaseErrored && s.sess.Spec.State != agentsv1alpha1.SessionStopped
+		if (!live && !keepForDiagnosis) || (finished && needAgent) {
 			s.removePod = s.pod
 		}
 		return nil

@@ -40,6 +40,9 @@ func NewClient(baseURL, tokenFile, caFile string) (*Client, error) {
 		return nil, fmt.Errorf("a token file is required")
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// The manager is inside the cluster: the channel never goes through the HTTP(S)_PROXY an
+	// agent may be given for the outside world (the token must not reach a proxy either).
+	tr.Proxy = nil
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {

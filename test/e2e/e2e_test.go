@@ -242,6 +242,10 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		claudeCodeSession(ctx, c)
 	})
 
+	It("runs a whole session from issue to merge: real pods, the real Claude Code, the fake GitHub, a manager restart", func() {
+		wholeSession(ctx, c)
+	})
+
 	It("tears the cluster down cleanly", func() {
 		By("leaving a volume mounted by a running pod, which down must unmount and delete")
 		ns := restrictedNamespace(ctx, c, "e2e-teardown-")
