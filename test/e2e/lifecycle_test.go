@@ -290,6 +290,8 @@ func Greet() string { return "hello, world" }`, "Document Greet"),
 	Expect(err).NotTo(HaveOccurred())
 	Expect(info.Merged).To(BeTrue())
 	fmt.Fprintf(GinkgoWriter, "phases of %s:\n%s", key, phases)
+	Expect(phases.seen()).To(ContainElements(agentsv1alpha1.PhaseWorking, agentsv1alpha1.PhaseCIFailed,
+		agentsv1alpha1.PhaseChangesRequested, agentsv1alpha1.PhaseMerged), "the lifecycle passed through each stage")
 
 	By("nothing was duplicated: one pull request, one merge, each message once")
 	prs := 0
