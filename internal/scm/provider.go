@@ -2,6 +2,7 @@ package scm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -180,4 +181,45 @@ func Providers() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// GetPullRequestsByRefresh implements PullRequestReader.GetPullRequests with an adapter's
+// batched Refresh, in full.
+func GetPullRequestsByRefresh(ctx context.Context, r Refresher, refs []PRRef) ([]*PullRequest, error) {
+	reqs := make([]RefreshRequest, len(refs))
+	for i, ref := range refs {
+		if ref.Number <= 0 {
+			return nil, fmt.Errorf("pull request %s: %w: number must be positive", ref, ErrInvalid)
+		}
+		reqs[i] = RefreshRequest{Ref: ref, Full: true}
+	}
+	res, err := r.Refresh(ctx, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("get %d pull requests: %w", len(refs), err)
+	}
+	out := make([]*PullRequest, len(res))
+	var errs []error
+	for i, rr := range res {
+		if rr.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", refs[i], rr.Err))
+		}
+		out[i] = rr.PullRequest
+	}
+	return out, errors.Join(errs...)
+}
+
+// FindPullRequestByRefresh implements PullRequestReader.FindPullRequest with an adapter's
+// Refresh: the pull request of head, in full, or ErrNotFound.
+func FindPullRequestByRefresh(ctx context.Context, r Refresher, repo Repo, head Head) (*PullRequest, error) {
+	res, err := r.Refresh(ctx, []RefreshRequest{{Ref: PRRef{Repo: repo}, Head: head, Full: true}})
+	if err != nil {
+		return nil, fmt.Errorf("find pull request for %s in %s: %w", head, repo, err)
+	}
+	if res[0].Err != nil {
+		return nil, fmt.Errorf("find pull request for %s in %s: %w", head, repo, res[0].Err)
+	}
+	if res[0].PullRequest == nil {
+		return nil, fmt.Errorf("pull request for %s in %s: %w", head, repo, ErrNotFound)
+	}
+	return res[0].PullRequest, nil
 }

@@ -2,6 +2,7 @@ package scm
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 )
@@ -311,4 +312,57 @@ type Hint struct {
 // IsZero reports whether the hint names nothing to look at.
 func (h Hint) IsZero() bool {
 	return len(h.Numbers) == 0 && len(h.Branches) == 0 && len(h.SHAs) == 0
+}
+
+// Tally rolls checks up: counts, the failed checks (required ones first, in the given order
+// otherwise), and the overall state. The state follows the required checks when any is required
+// (a failing optional check does not fail the build) and every check otherwise. Adapters adjust
+// the state for what only their forge knows (required checks that have not reported yet).
+func Tally(checks []Check) Checks {
+	var out Checks
+	anyRequired := false
+	for _, c := range checks {
+		anyRequired = anyRequired || c.Required
+	}
+	var considered []CheckOutcome
+	for _, c := range checks {
+		out.Total++
+		switch c.Outcome {
+		case CheckPassed:
+			out.Passed++
+		case CheckFailed:
+			out.Failed++
+			if c.Required {
+				out.RequiredFailed++
+			}
+			out.FailedChecks = append(out.FailedChecks, c)
+		case CheckPending:
+			out.Pending++
+			if c.Required {
+				out.RequiredPending++
+			}
+		case CheckSkipped:
+			out.Skipped++
+		}
+		if !anyRequired || c.Required {
+			considered = append(considered, c.Outcome)
+		}
+	}
+	sort.SliceStable(out.FailedChecks, func(i, j int) bool {
+		return out.FailedChecks[i].Required && !out.FailedChecks[j].Required
+	})
+	out.State = ChecksNone
+	if len(considered) > 0 {
+		out.State = ChecksPassing
+	}
+	for _, o := range considered {
+		if o == CheckFailed {
+			out.State = ChecksFailing
+			break
+		}
+		if o == CheckPending {
+			out.State = ChecksPending
+		}
+	}
+	return out
 }

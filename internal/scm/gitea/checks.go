@@ -135,59 +135,31 @@ func outcome(state string) scm.CheckOutcome {
 // every context otherwise; a required context that has not reported yet keeps it Pending, as
 // GitHub's EXPECTED does.
 func rollup(statuses []*apiStatus, prot *protection) scm.Checks {
-	var out scm.Checks
-	anyRequired := prot.statusChecks()
-	var considered []scm.CheckOutcome
+	checks := make([]scm.Check, 0, len(statuses))
 	for _, s := range statuses {
-		o := outcome(s.State)
-		c := scm.Check{Name: s.Context, URL: s.TargetURL, Outcome: o, Conclusion: s.State, Required: prot != nil && prot.isRequired(s.Context)}
-		out.Total++
-		switch o {
-		case scm.CheckPassed:
-			out.Passed++
-		case scm.CheckFailed:
-			out.Failed++
-			if c.Required {
-				out.RequiredFailed++
-			}
-			out.FailedChecks = append(out.FailedChecks, c)
-		case scm.CheckPending:
-			out.Pending++
-			if c.Required {
-				out.RequiredPending++
-			}
-		case scm.CheckSkipped:
-			out.Skipped++
-		}
-		if !anyRequired || c.Required {
-			considered = append(considered, o)
+		checks = append(checks, scm.Check{Name: s.Context, URL: s.TargetURL, Outcome: outcome(s.State), Conclusion: s.State,
+			Required: prot != nil && prot.isRequired(s.Context)})
+	}
+	sort.SliceStable(checks, func(i, j int) bool { return checks[i].Name < checks[j].Name })
+	out := scm.Tally(checks)
+	if prot.statusChecks() {
+		switch {
+		case !hasRequired(checks):
+			out.State = scm.ChecksPending // no required context has reported yet
+		case out.State != scm.ChecksFailing && prot.missingRequired(statuses) > 0:
+			out.State = scm.ChecksPending
 		}
 	}
-	sort.SliceStable(out.FailedChecks, func(i, j int) bool {
-		a, b := out.FailedChecks[i], out.FailedChecks[j]
-		if a.Required != b.Required {
-			return a.Required
-		}
-		return a.Name < b.Name
-	})
-	state := scm.ChecksNone
-	if len(considered) > 0 {
-		state = scm.ChecksPassing
-	}
-	for _, o := range considered {
-		if o == scm.CheckFailed {
-			state = scm.ChecksFailing
-			break
-		}
-		if o == scm.CheckPending {
-			state = scm.ChecksPending
-		}
-	}
-	if anyRequired && state != scm.ChecksFailing && (prot.missingRequired(statuses) > 0 || len(considered) == 0) {
-		state = scm.ChecksPending
-	}
-	out.State = state
 	return out
+}
+
+func hasRequired(checks []scm.Check) bool {
+	for _, c := range checks {
+		if c.Required {
+			return true
+		}
+	}
+	return false
 }
 
 // requiredPassing is what Gitea's merge check computes over the required contexts

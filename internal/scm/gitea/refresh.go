@@ -396,42 +396,13 @@ func fingerprint(g *apiPull, statuses []*apiStatus) string {
 	return strconv.FormatUint(h.Sum64(), 36)
 }
 
-// GetPullRequests reads many pull requests in full.
+// GetPullRequests reads many pull requests in full, batched.
 func (p *Provider) GetPullRequests(ctx context.Context, refs []scm.PRRef) ([]*scm.PullRequest, error) {
-	reqs := make([]scm.RefreshRequest, len(refs))
-	for i, r := range refs {
-		if r.Number <= 0 {
-			return nil, fmt.Errorf("pull request %s: %w: number must be positive", r, scm.ErrInvalid)
-		}
-		reqs[i] = scm.RefreshRequest{Ref: r, Full: true}
-	}
-	res, err := p.Refresh(ctx, reqs)
-	if err != nil {
-		return nil, fmt.Errorf("get %d pull requests: %w", len(refs), err)
-	}
-	out := make([]*scm.PullRequest, len(res))
-	var errs []error
-	for i, r := range res {
-		if r.Err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", refs[i], r.Err))
-		}
-		out[i] = r.PullRequest
-	}
-	return out, errors.Join(errs...)
+	return scm.GetPullRequestsByRefresh(ctx, p, refs)
 }
 
 // FindPullRequest returns the pull request of head into the repository's default branch (the
 // open one if there is one), in full.
 func (p *Provider) FindPullRequest(ctx context.Context, repo scm.Repo, head scm.Head) (*scm.PullRequest, error) {
-	res, err := p.Refresh(ctx, []scm.RefreshRequest{{Ref: scm.PRRef{Repo: repo}, Head: head, Full: true}})
-	if err != nil {
-		return nil, fmt.Errorf("find pull request for %s in %s: %w", head, repo, err)
-	}
-	if res[0].Err != nil {
-		return nil, fmt.Errorf("find pull request for %s in %s: %w", head, repo, res[0].Err)
-	}
-	if res[0].PullRequest == nil {
-		return nil, fmt.Errorf("pull request for %s in %s: %w", head, repo, scm.ErrNotFound)
-	}
-	return res[0].PullRequest, nil
+	return scm.FindPullRequestByRefresh(ctx, p, repo, head)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -751,14 +750,8 @@ func checkOutcome(c gqlContext) (scm.CheckOutcome, string) {
 // as a failed build; GitHub's own rollup state adds the required checks that have not reported
 // yet (EXPECTED).
 func rollupChecks(githubState string, nodes []gqlContext) scm.Checks {
-	var out scm.Checks
+	checks := make([]scm.Check, 0, len(nodes))
 	anyRequired := false
-	for _, n := range nodes {
-		if n.IsRequired {
-			anyRequired = true
-		}
-	}
-	var considered []scm.CheckOutcome
 	for _, n := range nodes {
 		outcome, conclusion := checkOutcome(n)
 		c := scm.Check{Outcome: outcome, Conclusion: conclusion, Required: n.IsRequired}
@@ -773,86 +766,22 @@ func rollupChecks(githubState string, nodes []gqlContext) scm.Checks {
 				}
 			}
 		}
-		out.Total++
-		switch outcome {
-		case scm.CheckPassed:
-			out.Passed++
-		case scm.CheckFailed:
-			out.Failed++
-			if c.Required {
-				out.RequiredFailed++
-			}
-			out.FailedChecks = append(out.FailedChecks, c)
-		case scm.CheckPending:
-			out.Pending++
-			if c.Required {
-				out.RequiredPending++
-			}
-		case scm.CheckSkipped:
-			out.Skipped++
-		}
-		if !anyRequired || c.Required {
-			considered = append(considered, outcome)
-		}
+		anyRequired = anyRequired || n.IsRequired
+		checks = append(checks, c)
 	}
-	sort.SliceStable(out.FailedChecks, func(i, j int) bool {
-		return out.FailedChecks[i].Required && !out.FailedChecks[j].Required
-	})
-	state := scm.ChecksNone
-	if len(considered) > 0 {
-		state = scm.ChecksPassing
+	out := scm.Tally(checks)
+	if (out.State == scm.ChecksPassing || out.State == scm.ChecksNone) && (githubState == "EXPECTED" || (githubState == "PENDING" && anyRequired)) {
+		out.State = scm.ChecksPending
 	}
-	for _, o := range considered {
-		if o == scm.CheckFailed {
-			state = scm.ChecksFailing
-			break
-		}
-		if o == scm.CheckPending {
-			state = scm.ChecksPending
-		}
-	}
-	if (state == scm.ChecksPassing || state == scm.ChecksNone) && (githubState == "EXPECTED" || (githubState == "PENDING" && anyRequired)) {
-		state = scm.ChecksPending
-	}
-	out.State = state
 	return out
 }
 
 // GetPullRequests reads many pull requests in full, batched.
 func (p *Provider) GetPullRequests(ctx context.Context, refs []scm.PRRef) ([]*scm.PullRequest, error) {
-	reqs := make([]scm.RefreshRequest, len(refs))
-	for i, r := range refs {
-		if r.Number <= 0 {
-			return nil, fmt.Errorf("pull request %s: %w: number must be positive", r, scm.ErrInvalid)
-		}
-		reqs[i] = scm.RefreshRequest{Ref: r, Full: true}
-	}
-	res, err := p.Refresh(ctx, reqs)
-	if err != nil {
-		return nil, fmt.Errorf("get %d pull requests: %w", len(refs), err)
-	}
-	out := make([]*scm.PullRequest, len(res))
-	var errs []error
-	for i, r := range res {
-		if r.Err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", refs[i], r.Err))
-		}
-		out[i] = r.PullRequest
-	}
-	return out, errors.Join(errs...)
+	return scm.GetPullRequestsByRefresh(ctx, p, refs)
 }
 
 // FindPullRequest returns the pull request of head (open first, else the newest), in full.
 func (p *Provider) FindPullRequest(ctx context.Context, repo scm.Repo, head scm.Head) (*scm.PullRequest, error) {
-	res, err := p.Refresh(ctx, []scm.RefreshRequest{{Ref: scm.PRRef{Repo: repo}, Head: head, Full: true}})
-	if err != nil {
-		return nil, fmt.Errorf("find pull request for %s in %s: %w", head, repo, err)
-	}
-	if res[0].Err != nil {
-		return nil, fmt.Errorf("find pull request for %s in %s: %w", head, repo, res[0].Err)
-	}
-	if res[0].PullRequest == nil {
-		return nil, fmt.Errorf("pull request for %s in %s: %w", head, repo, scm.ErrNotFound)
-	}
-	return res[0].PullRequest, nil
+	return scm.FindPullRequestByRefresh(ctx, p, repo, head)
 }
