@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -132,4 +134,20 @@ func Providers() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// SCMConfig is the forge client configuration of a tracker that lives in the forge (GitHub and
+// Gitea issues): the same API, credentials and budget as the SCM adapter.
+func (c Config) SCMConfig() scm.Config {
+	return scm.Config{APIURL: c.APIURL, Token: c.Token, App: c.App, Transport: c.Transport,
+		Timeout: c.Timeout, Clock: c.Clock, Metrics: c.Metrics}
+}
+
+// ParseNumber reads an issue number: "42" or "#42".
+func ParseNumber(id string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(id), "#"))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("issue %q: %w: want a number such as 42 or #42", id, ErrInvalidID)
+	}
+	return n, nil
 }

@@ -43,8 +43,7 @@ func New(cfg tracker.Config) (*Tracker, error) {
 	if cfg.Repo.IsZero() {
 		return nil, errors.New("gitea tracker: the repository is required")
 	}
-	c, err := scmgitea.NewClient(scm.Config{APIURL: cfg.APIURL, Token: cfg.Token, App: cfg.App, Transport: cfg.Transport,
-		Timeout: cfg.Timeout, Clock: cfg.Clock, Metrics: cfg.Metrics})
+	c, err := scmgitea.NewClient(cfg.SCMConfig())
 	if err != nil {
 		return nil, fmt.Errorf("gitea tracker: %w", err)
 	}
@@ -55,13 +54,7 @@ func New(cfg tracker.Config) (*Tracker, error) {
 func (t *Tracker) Name() string { return "gitea" }
 
 // ParseID accepts "42" and "#42".
-func ParseID(id string) (int, error) {
-	n, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(id), "#"))
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("issue %q: %w: want a number such as 42 or #42", id, tracker.ErrInvalidID)
-	}
-	return n, nil
-}
+func ParseID(id string) (int, error) { return tracker.ParseNumber(id) }
 
 type apiLabel struct {
 	ID   int64  `json:"id"`

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	gh "github.com/google/go-github/v88/github"
 
@@ -32,8 +31,7 @@ func New(cfg tracker.Config) (*Tracker, error) {
 	if cfg.Repo.IsZero() {
 		return nil, errors.New("github tracker: the repository is required")
 	}
-	c, err := scmgithub.NewClient(scm.Config{APIURL: cfg.APIURL, Token: cfg.Token, App: cfg.App, Transport: cfg.Transport,
-		Timeout: cfg.Timeout, Clock: cfg.Clock, Metrics: cfg.Metrics})
+	c, err := scmgithub.NewClient(cfg.SCMConfig())
 	if err != nil {
 		return nil, fmt.Errorf("github tracker: %w", err)
 	}
@@ -44,13 +42,7 @@ func New(cfg tracker.Config) (*Tracker, error) {
 func (t *Tracker) Name() string { return "github" }
 
 // ParseID accepts "42" and "#42".
-func ParseID(id string) (int, error) {
-	n, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(id), "#"))
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("issue %q: %w: want a number such as 42 or #42", id, tracker.ErrInvalidID)
-	}
-	return n, nil
-}
+func ParseID(id string) (int, error) { return tracker.ParseNumber(id) }
 
 func mapErr(err error) error {
 	var er *gh.ErrorResponse
