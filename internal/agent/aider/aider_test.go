@@ -1,33 +1,20 @@
 package aider
 
 import (
-	"os"
 	"testing"
 
 	. "github.com/onsi/gomega"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/agent/agenttest"
 )
 
 func parseFile(t *testing.T, name string) []agent.Event {
-	f, err := os.Open("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	return agent.ParseAll(Adapter{}.NewParser(), f)
+	return agenttest.ParseFile(t, Adapter{}.NewParser(), name)
 }
 
-func kinds(events []agent.Event, k agent.Kind) []agent.Event {
-	var out []agent.Event
-	for _, e := range events {
-		if e.Kind == k {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func kinds(events []agent.Event, k agent.Kind) []agent.Event { return agenttest.Kinds(events, k) }
 
 func TestCommand(t *testing.T) {
 	g := NewWithT(t)
