@@ -264,7 +264,7 @@ type PullRequestStatus struct {
 	MergeCommitSHA string `json:"mergeCommitSHA,omitempty"`
 	// LastChangeTime is when a fact above last changed on the forge as Shepherd saw it. It does not
 	// move on every poll, so that an unchanged pull request costs no status write; freshness is
-	// in the shepherd_scm_pull_request_age_seconds metric.
+	// in the shepherd_scm_poller_max_age_seconds metric.
 	// +optional
 	LastChangeTime *metav1.Time `json:"lastChangeTime,omitempty"`
 }

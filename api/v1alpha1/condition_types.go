@@ -168,6 +168,14 @@ const (
 	LabelWorktree = "agents.shepherd.dev/worktree"
 	// LabelComponent says what a child is: agent, mirror, checkout.
 	LabelComponent = "agents.shepherd.dev/component"
+	// BacklogLabel is "true" on the AgentSessions a Project's backlog created.
+	BacklogLabel = "agents.shepherd.dev/backlog"
+	// IssueLabel carries the issue key of a backlog session ("42", "eng-123").
+	IssueLabel = "agents.shepherd.dev/issue"
+	// BacklogStageAnnotation is the backlog stage whose issue labels were last applied: absent
+	// (claimed), in-progress, done or ended.
+	BacklogStageAnnotation = "agents.shepherd.dev/backlog-stage"
+
 	// LabelManagedBy is the standard managed-by label; Shepherd's caches select on it.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	// ManagedByValue is the value of LabelManagedBy on Shepherd's children.

@@ -536,6 +536,7 @@ type CleanupSpec struct {
 }
 
 // BacklogSpec spawns a session for each tracker issue that matches a query.
+// +kubebuilder:validation:XValidation:rule=`!has(self.claimedLabel) || !(self.claimedLabel in self.labels)`,message="backlog.claimedLabel must differ from the query labels, or claimed issues would be picked up again"
 type BacklogSpec struct {
 	// Labels an issue must all carry to be picked up.
 	// +required

@@ -111,6 +111,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			res, retErr = statusWriteFailed(recErr, err)
 			return
 		}
+		r.observe(s, orig)
 		r.afterWrite(ctx, s, orig)
 		if err := r.removePod(ctx, s); err != nil {
 			res, retErr = ctrl.Result{}, errors.Join(recErr, err)

@@ -12,6 +12,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/metrics"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
@@ -58,6 +59,38 @@ func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, e
 			st.Phase = agentsv1alpha1.PhaseQueued
 		}
 	}
+}
+
+// observe records in metrics what the status write changed: the phase transition, the first run
+// (labelled by how its checkout was made), the pull request, the merge, the agent's new spend.
+// It runs only after the write succeeded, and the write carried the resourceVersion its "before"
+// was read at, so each change is counted once.
+func (r *AgentSessionReconciler) observe(s *sessionScope, orig *agentsv1alpha1.AgentSession) {
+	if r.Metrics == nil {
+		return
+	}
+	r.Metrics.ObserveSessionWrite(metrics.SessionWrite{
+		Created: s.sess.CreationTimestamp.Time, Before: &orig.Status, After: &s.sess.Status,
+		Checkout: checkoutOf(s.pod), Now: r.now(),
+	})
+}
+
+// checkoutOf says how the checkout the agent pod runs in was made, from what its prepare step
+// reported: cold when it fetched the repository whole (it created the Project's mirror, or cloned
+// with no mirror to borrow from), warm when it restored a checkout or added one from a present
+// mirror. Pure.
+func checkoutOf(pod *corev1.Pod) metrics.Checkout {
+	if pod == nil {
+		return metrics.CheckoutUnknown
+	}
+	res, ok := prepareResult(pod, containerPrepare, pod.Status.InitContainerStatuses)
+	switch {
+	case !ok || !res.OK || res.Result.Path == "":
+		return metrics.CheckoutUnknown
+	case res.Result.FullFetch:
+		return metrics.CheckoutCold
+	}
+	return metrics.CheckoutWarm
 }
 
 // notificationsOf turns the decision's Notify and Escalate actions into outbox entries.

@@ -2,8 +2,12 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/scm"
@@ -62,13 +66,14 @@ func (d *Deps) readCredentials(ctx context.Context, p *agentsv1alpha1.Project, t
 	return nil
 }
 
-// connectTracker builds the Project's tracker, or returns nil when it has none.
+// connectTracker returns the Project's tracker, or nil when it has none. The tracker is kept per
+// Project and made again when its configuration (credentials included) changes.
 func (d *Deps) connectTracker(ctx context.Context, p *agentsv1alpha1.Project, f *forge) (tracker.Tracker, error) {
 	t := p.Spec.Tracker
 	if t == nil {
 		return nil, nil
 	}
-	cfg := tracker.Config{Provider: string(t.Provider)}
+	cfg := tracker.Config{Provider: string(t.Provider), Metrics: d.SCMMetrics}
 	switch t.Provider {
 	case agentsv1alpha1.TrackerLinear:
 		key, err := d.Secrets.Key(ctx, p.Namespace, t.Linear.APIKeySecretRef, "spec.tracker.linear.apiKeySecretRef")
@@ -80,11 +85,41 @@ func (d *Deps) connectTracker(ctx context.Context, p *agentsv1alpha1.Project, f 
 		// GitHub and Gitea issues live in the repository and use the forge's credentials.
 		cfg.Repo, cfg.APIURL, cfg.Token, cfg.App = f.Repo, f.Config.APIURL, f.Config.Token, f.Config.App
 	}
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	digest := trackerDigest(cfg)
+	d.trackerMu.Lock()
+	defer d.trackerMu.Unlock()
+	if c, ok := d.trackers[key]; ok && c.digest == digest {
+		return c.tracker, nil
+	}
 	tr, err := tracker.New(cfg)
 	if err != nil {
 		return nil, Stalling(agentsv1alpha1.ReasonInvalidSpec, "spec.tracker: %v", err)
 	}
+	if d.trackers == nil {
+		d.trackers = map[types.NamespacedName]cachedTracker{}
+	}
+	d.trackers[key] = cachedTracker{digest: digest, tracker: tr}
 	return tr, nil
+}
+
+// forgetTracker drops a deleted Project's tracker.
+func (d *Deps) forgetTracker(key types.NamespacedName) {
+	d.trackerMu.Lock()
+	delete(d.trackers, key)
+	d.trackerMu.Unlock()
+}
+
+// trackerDigest identifies a tracker configuration without keeping its secrets.
+func trackerDigest(cfg tracker.Config) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00", cfg.Provider, cfg.APIURL, cfg.Repo, cfg.TeamKey)
+	h.Write(cfg.Token)
+	if cfg.App != nil {
+		fmt.Fprintf(h, "\x00app:%d:%d\x00", cfg.App.AppID, cfg.App.InstallationID)
+		h.Write(cfg.App.PrivateKey)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // forgeError maps a forge error to a reconcile error with a reason a user can act on.

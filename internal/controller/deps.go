@@ -1,20 +1,26 @@
 package controller
 
 import (
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/metrics"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
 )
 
-// Deps is what the reconcilers share: the clients, the forge hub, the runner reports and the
-// notification dispatcher. The manager builds one and hands it to every reconciler.
+// Deps is what the reconcilers share: the clients, the forge hub, the runner reports, the
+// notification dispatcher and the metrics. The manager builds one and hands it to every
+// reconciler.
 type Deps struct {
+	// Client writes through a metrics.CountingClient, so that every API write is counted.
 	Client    client.Client
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
@@ -31,6 +37,20 @@ type Deps struct {
 	Now func() time.Time
 	// Options are the manager's settings that shape children.
 	Options Options
+	// Metrics are the manager's own metrics; nil records none.
+	Metrics *metrics.Metrics
+	// SCMMetrics count forge and tracker requests.
+	SCMMetrics *scm.Metrics
+
+	trackerMu sync.Mutex
+	// trackers keeps one tracker per Project, so that its HTTP client (ETag cache, rate-limit
+	// state) lives across reconciles: an unchanged backlog query is answered 304.
+	trackers map[types.NamespacedName]cachedTracker
+}
+
+type cachedTracker struct {
+	digest  string
+	tracker tracker.Tracker
 }
 
 // Options are settings from the manager's flags.

@@ -240,11 +240,20 @@ type agent struct {
 	runner *fakeRunner
 	pr     int
 	head   string
+	// br is the session's branch when it is not shepherd/<name> (a session for an issue).
+	br string
+	// prepare is what the pod's prepare step reports; nil reports a warm checkout of branch().
+	prepare *workspace.Result
 }
 
 func (w *world) agent(name string) *agent { return &agent{w: w, name: name} }
 
-func (a *agent) branch() string { return "shepherd/" + a.name }
+func (a *agent) branch() string {
+	if a.br != "" {
+		return a.br
+	}
+	return "shepherd/" + a.name
+}
 
 func (a *agent) podName() string { return a.name + "-agent" }
 
@@ -259,9 +268,13 @@ func (a *agent) pod() *corev1.Pod {
 func (a *agent) start() {
 	GinkgoHelper()
 	pod := a.pod()
+	result := a.prepare
+	if result == nil {
+		result = prepared(a.branch())
+	}
 	setPodStatus(pod, func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodRunning
-		initDone(p, prepared(a.branch()))
+		initDone(p, result)
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Image: p.Spec.Containers[0].Image, Ready: true,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
 	})

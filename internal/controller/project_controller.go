@@ -42,11 +42,14 @@ type ProjectReconciler struct {
 
 	accessMu sync.Mutex
 	access   map[types.UID]accessCheck
+
+	backlog backlogMemory
 }
 
 // accessCheck remembers the last repository check, so that reconciles caused by session changes
 // don't spend the forge's rate limit. It is a cache, not state: a restart checks again.
 type accessCheck struct {
+	key        types.NamespacedName
 	generation int64
 	// request is the reconcile-request annotation the check answered: changing it checks again.
 	request string
@@ -59,7 +62,9 @@ type accessCheck struct {
 // projectScope is what one Project reconcile observed.
 type projectScope struct {
 	project  *agentsv1alpha1.Project
+	sessions []agentsv1alpha1.AgentSession
 	counts   agentsv1alpha1.SessionCounts
+	forge    *forge
 	credErr  error
 	checked  bool
 	access   scm.RepoInfo
@@ -68,6 +73,9 @@ type projectScope struct {
 	requeue  time.Duration
 	accessAt time.Time
 	routes   []agentsv1alpha1.NotificationRouteStatus
+	// backlog is set once the backlog step ran.
+	backlog   *backlogScope
+	backlogMu sync.Mutex
 }
 
 // Reconcile follows the fixed shape: get, patch status once in a defer, then ordered steps that
@@ -75,6 +83,9 @@ type projectScope struct {
 func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	p := &agentsv1alpha1.Project{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !p.DeletionTimestamp.IsZero() {
@@ -95,6 +106,11 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		}
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, p.Status.Conditions, p,
 			agentsv1alpha1.ConditionCredentialsValid, agentsv1alpha1.ConditionRepositoryReachable)
+		if s.backlog != nil && r.Recorder != nil {
+			for _, e := range s.backlog.events {
+				r.Recorder.Eventf(p, nil, e.kind, e.reason, "Backlog", "%s", e.message)
+			}
+		}
 		res, retErr = result(recErr, s.requeue)
 	}()
 
@@ -104,6 +120,7 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		r.reconcileServiceAccount,
 		r.reconcileWorkspaceVolume,
 		r.reconcileEgressPolicy,
+		r.reconcileBacklog,
 	}
 	for _, step := range steps {
 		if recErr = step(ctx, s); recErr != nil {
@@ -118,8 +135,25 @@ func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope
 	if err := r.Client.List(ctx, &list, client.InNamespace(s.project.Namespace), client.MatchingFields{indexProject: s.project.Name}); err != nil {
 		return fmt.Errorf("list sessions: %w", err)
 	}
+	s.sessions = list.Items
 	s.counts = countSessions(list.Items)
+	// Counts, not events: the gauge follows every reconcile, whether or not the status changed.
+	r.Metrics.SetSessions(s.project.Namespace, s.project.Name, s.counts.ByPhase)
 	return nil
+}
+
+// forget drops what this process keeps about a deleted Project.
+func (r *ProjectReconciler) forget(key types.NamespacedName) {
+	r.accessMu.Lock()
+	for uid, c := range r.access {
+		if c.key == key {
+			delete(r.access, uid)
+		}
+	}
+	r.accessMu.Unlock()
+	r.backlog.forget(key)
+	r.forgetTracker(key)
+	r.Metrics.ForgetProject(key.Namespace, key.Name)
 }
 
 // reconcileAccess reads the credentials and checks the repository, at most once per
@@ -130,6 +164,7 @@ func (r *ProjectReconciler) reconcileAccess(ctx context.Context, s *projectScope
 		s.credErr = err
 		return err
 	}
+	s.forge = f
 	interval := r.Options.AccessCheckInterval
 	if interval == 0 {
 		interval = 5 * time.Minute
@@ -144,7 +179,7 @@ func (r *ProjectReconciler) reconcileAccess(ctx context.Context, s *projectScope
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		info, err := f.Conn.Provider.CheckAccess(cctx, f.Repo)
 		cancel()
-		prev = accessCheck{generation: s.project.Generation, request: request, conn: f.Conn, at: now, info: info, err: err}
+		prev = accessCheck{key: client.ObjectKeyFromObject(s.project), generation: s.project.Generation, request: request, conn: f.Conn, at: now, info: info, err: err}
 		r.accessMu.Lock()
 		if r.access == nil {
 			r.access = map[types.UID]accessCheck{}

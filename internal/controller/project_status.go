@@ -99,6 +99,8 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 		p.Status.DefaultBranch = s.access.DefaultBranch
 	}
 
+	setBacklogStatus(p, s)
+
 	p.Status.Notifications = s.routes
 	failing := ""
 	for _, r := range s.routes {

@@ -16,9 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/metrics"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/scm"
@@ -64,6 +65,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register SCM metrics: %w", err)
 	}
+	m, err := sharedMetrics()
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
 	pollerOpts := cfg.PollerOptions
 	pollerOpts.OnChange = wake
 	hub := scm.NewHub(scm.HubOptions{Metrics: scmMetrics, Poller: pollerOpts, Logger: mgr.GetLogger().WithName("scm")})
@@ -78,7 +83,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		send(projectEvents, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
 	}
 	deps := &Deps{
-		Client:     mgr.GetClient(),
+		Client:     &metrics.CountingClient{Client: mgr.GetClient(), M: m},
 		APIReader:  mgr.GetAPIReader(),
 		Scheme:     mgr.GetScheme(),
 		Recorder:   mgr.GetEventRecorder("shepherd"),
@@ -88,6 +93,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		Deliveries: deliveries,
 		Now:        cfg.Now,
 		Options:    cfg.Options,
+		Metrics:    m,
+		SCMMetrics: scmMetrics,
 	}
 	policy := notify.DefaultPolicy
 	if cfg.NotifyPolicy != nil {
@@ -95,6 +102,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	}
 	deps.Notifier = notify.NewDispatcher(4, 1024, policy, func(res notify.Result) {
 		deliveries.record(res.Job.Notification.Project, res)
+		if !errors.Is(res.Err, context.Canceled) {
+			outcome := metrics.NotificationDelivered
+			if res.Err != nil {
+				outcome = metrics.NotificationFailed
+			}
+			m.ObserveNotification(destinationType(res.Job.Sender), outcome)
+		}
 		if res.Err != nil {
 			mgr.GetLogger().WithName("notify").Error(res.Err, "Notification not delivered", "route", res.Job.Route, "id", res.Job.Notification.ID)
 		}
@@ -107,14 +121,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	if cfg.RunnerBindAddress != "" && cfg.RunnerBindAddress != "0" {
 		handler, err = runnerapi.NewHandler(runnerapi.HandlerOptions{
 			Backend:  &RunnerBackend{Deps: deps},
-			Reviewer: runnerapi.NewTokenReviewer(mgr.GetClient()),
+			Reviewer: runnerapi.NewTokenReviewer(deps.Client),
 			Pods:     mgr.GetClient(),
 			Log:      mgr.GetLogger().WithName("runnerapi"),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("runner channel: %w", err)
 		}
-		if err := mgr.Add(&httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: handler}); err != nil {
+		if err := mgr.Add(&httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: countReports(handler, m)}); err != nil {
 			return nil, fmt.Errorf("add runner channel: %w", err)
 		}
 	}
@@ -160,19 +174,81 @@ func send(ch chan event.GenericEvent, obj client.Object) {
 	}
 }
 
-// The SCM metrics are registered on controller-runtime's registry once per process: a manager
-// set up again in the same process (a restart, as the envtest suite does) shares them instead of
-// failing on a duplicate registration.
+// The metrics are registered on controller-runtime's registry once per process: a manager set up
+// again in the same process (a restart, as the envtest suite does, or a second replica in a
+// leader-election test) shares them instead of failing on a duplicate registration.
 var (
 	scmMetricsOnce sync.Once
 	scmMetrics     *scm.Metrics
 	scmMetricsErr  error
+
+	metricsOnce   sync.Once
+	sharedMetric  *metrics.Metrics
+	sharedMetricE error
 )
 
 func sharedSCMMetrics() (*scm.Metrics, error) {
-	scmMetricsOnce.Do(func() { scmMetrics, scmMetricsErr = scm.NewMetrics(metrics.Registry) })
+	scmMetricsOnce.Do(func() { scmMetrics, scmMetricsErr = scm.NewMetrics(ctrlmetrics.Registry) })
 	return scmMetrics, scmMetricsErr
 }
+
+func sharedMetrics() (*metrics.Metrics, error) {
+	metricsOnce.Do(func() { sharedMetric, sharedMetricE = metrics.New(ctrlmetrics.Registry) })
+	return sharedMetric, sharedMetricE
+}
+
+// destinationType names a notification sender's kind of destination, for metrics.
+func destinationType(s notify.Sender) string {
+	switch s.(type) {
+	case *notify.WebhookSender:
+		return "webhook"
+	case *notify.SlackSender:
+		return "slack"
+	}
+	return "other"
+}
+
+// countReports counts the runner reports the channel answers, by outcome. The channel decides
+// (authentication, validation, sequence order); this only reads the status it answered with.
+func countReports(next http.Handler, m *metrics.Metrics) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != runnerapi.PathReports {
+			next.ServeHTTP(w, r)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		m.ObserveRunnerReport(reportOutcome(sw.status))
+	})
+}
+
+// reportOutcome maps the channel's answer to a report to its outcome. Pure.
+func reportOutcome(status int) string {
+	switch {
+	case status < 300:
+		return metrics.ReportAccepted
+	case status == http.StatusConflict:
+		return metrics.ReportOutOfOrder
+	case status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge || status == http.StatusUnsupportedMediaType:
+		return metrics.ReportInvalid
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return metrics.ReportUnauthorized
+	}
+	return metrics.ReportError
+}
+
+// statusWriter remembers the status a handler answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // webhookSecrets finds a repository's webhook secret among the Projects of that repository
 // (the first, by namespace and name, that sets one).

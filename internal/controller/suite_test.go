@@ -113,21 +113,39 @@ var _ = AfterSuite(func() {
 // show that nothing is lost or repeated.
 type managerUnderTest struct {
 	runnerAddr, webhookAddr string
-	cancel                  context.CancelFunc
-	done                    chan struct{}
-	deps                    *controller.Deps
+	// name, when set, is the field manager of the manager's writes (managedFields show who wrote).
+	name string
+	// leaseNamespace, when set, runs the manager under leader election with a Lease there.
+	leaseNamespace string
+	cancel         context.CancelFunc
+	done           chan struct{}
+	deps           *controller.Deps
+	// elected is closed once the manager leads (at once without leader election).
+	elected <-chan struct{}
 }
 
 func (m *managerUnderTest) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
-	k8sMgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	opts := ctrl.Options{
 		Scheme:                 clientgoscheme.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlConfig(),
-	})
+	}
+	if m.name != "" {
+		opts.Client = client.Options{FieldOwner: m.name}
+	}
+	if m.leaseNamespace != "" {
+		// A short lease, released on stop, so that a standby takes over within a second or two.
+		lease, renew, retry := 4*time.Second, 3*time.Second, 200*time.Millisecond
+		opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = true, "shepherd-test", m.leaseNamespace
+		opts.LeaderElectionReleaseOnCancel = true
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &lease, &renew, &retry
+	}
+	k8sMgr, err := ctrl.NewManager(cfg, opts)
 	Expect(err).NotTo(HaveOccurred())
+	m.elected = k8sMgr.Elected()
 	policy := notify.DefaultPolicy
 	policy.InitialBackoff, policy.MaxBackoff = 50*time.Millisecond, 200*time.Millisecond
 	m.deps, err = controller.Setup(ctx, k8sMgr, controller.Config{
@@ -148,6 +166,9 @@ func (m *managerUnderTest) start() {
 		defer close(m.done)
 		Expect(k8sMgr.Start(ctx)).To(Succeed())
 	}()
+	if m.runnerAddr == "0" {
+		return
+	}
 	// The runner channel listens once the manager runs.
 	Eventually(func() error {
 		c, err := net.Dial("tcp", m.runnerAddr)

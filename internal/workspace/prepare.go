@@ -44,6 +44,11 @@ type Result struct {
 	Branch string `json:"branch"`
 	// Restored is true when an existing checkout was found and fetched instead of made.
 	Restored bool `json:"restored"`
+	// FullFetch is true when this prepare fetched the repository whole from the remote: it
+	// created the Project's mirror (worktree mode), or cloned with no mirror to borrow objects
+	// from (clone mode). A restore, a worktree added from a present mirror and a clone borrowing
+	// from it fetch only what changed. The manager labels the time to running cold or warm by it.
+	FullFetch bool `json:"fullFetch,omitempty"`
 	// BranchAction says how the branch came to be checked out: created, adopted, existing.
 	BranchAction string      `json:"branchAction"`
 	Setup        SetupResult `json:"setup"`
@@ -191,9 +196,11 @@ func prepareWorktree(ctx context.Context, g *Git, o Options, state pathState, re
 		return err
 	}
 	defer func() { _ = lock.Release() }()
-	if err := ensureMirror(ctx, g, o.MirrorPath, o.RemoteURL); err != nil {
+	created, err := ensureMirror(ctx, g, o.MirrorPath, o.RemoteURL)
+	if err != nil {
 		return err
 	}
+	res.FullFetch = created
 	if state == pathBroken {
 		// The checkout's .git file points at an admin dir git cannot use (the volume was mounted
 		// elsewhere, or the admin entry was pruned): repair relinks both ways when it can.
@@ -264,6 +271,7 @@ func prepareClone(ctx context.Context, g *Git, o Options, state pathState, res *
 		return fmt.Errorf("create checkout parent dir: %w", err)
 	}
 	args := []string{"clone", "--no-checkout", "--origin", "origin"}
+	res.FullFetch = !mirrorPresent(o.MirrorPath)
 	if o.MirrorPath != "" {
 		// Borrow objects from the mirror when it is mounted; the mirror never prunes objects
 		// (gc.pruneExpire=never), so what the clone borrows stays there.
@@ -369,13 +377,24 @@ func switchBranch(ctx context.Context, g *Git, o Options, path string) (string, 
 	return action, err
 }
 
-// ensureMirror creates the bare mirror when missing and fetches it. The caller holds its lock.
+// mirrorPresent reports whether a bare mirror exists at path (empty: none mounted).
+func mirrorPresent(path string) bool {
+	if path == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(path, "HEAD"))
+	return err == nil
+}
+
+// ensureMirror creates the bare mirror when missing and fetches it, and reports whether the
+// fetch brought the whole repository (the mirror was new, or held nothing yet after a failed
+// first fetch). The caller holds its lock.
 // Layout: a bare repository whose origin fetches branches into refs/remotes/origin/*, so the
 // local branches (refs/heads/*) belong to the worktrees and a fetch never moves or prunes them.
-func ensureMirror(ctx context.Context, g *Git, mirror, remote string) error {
+func ensureMirror(ctx context.Context, g *Git, mirror, remote string) (full bool, err error) {
 	if _, err := os.Stat(filepath.Join(mirror, "HEAD")); errors.Is(err, os.ErrNotExist) {
 		if _, err := g.Run(ctx, "", "init", "--quiet", "--bare", mirror); err != nil {
-			return err
+			return false, err
 		}
 		for _, kv := range [][2]string{
 			{"remote.origin.url", remote},
@@ -384,18 +403,24 @@ func ensureMirror(ctx context.Context, g *Git, mirror, remote string) error {
 			{"gc.pruneExpire", "never"},
 		} {
 			if _, err := g.Run(ctx, mirror, "config", kv[0], kv[1]); err != nil {
-				return err
+				return false, err
 			}
 		}
 	} else if err != nil {
-		return fmt.Errorf("stat mirror: %w", err)
+		return false, fmt.Errorf("stat mirror: %w", err)
 	} else if cur, _ := g.Run(ctx, mirror, "config", "--get", "remote.origin.url"); cur != remote {
 		if _, err := g.Run(ctx, mirror, "config", "remote.origin.url", remote); err != nil {
-			return err
+			return false, err
 		}
 	}
-	_, err := g.Run(ctx, mirror, "fetch", "--prune", "--tags", "origin")
-	return err
+	refs, err := g.Run(ctx, mirror, "for-each-ref", "--count=1", "refs/remotes/origin/")
+	if err != nil {
+		return false, err
+	}
+	if _, err := g.Run(ctx, mirror, "fetch", "--prune", "--tags", "origin"); err != nil {
+		return false, err
+	}
+	return refs == "", nil
 }
 
 // UpdateMirror creates or fetches the mirror under its lock (what a mirror refresh job runs).
@@ -408,7 +433,8 @@ func UpdateMirror(ctx context.Context, g *Git, mirror, remote string) error {
 		return err
 	}
 	defer func() { _ = lock.Release() }()
-	return ensureMirror(ctx, g, mirror, remote)
+	_, err = ensureMirror(ctx, g, mirror, remote)
+	return err
 }
 
 // Remove deletes a checkout and keeps its branch: a worktree is removed through the mirror (so

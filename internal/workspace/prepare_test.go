@@ -84,6 +84,7 @@ func TestCloneMode(t *testing.T) {
 	res, err := Prepare(context.Background(), f.git, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Restored).To(BeFalse())
+	g.Expect(res.FullFetch).To(BeTrue(), "a clone with no mirror fetches everything")
 	g.Expect(res.BranchAction).To(Equal(BranchCreated))
 	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/issue-1", Head: f.head}))
 	g.Expect(res.Setup.State).To(Equal(agentsv1alpha1.SetupSucceeded))
@@ -101,6 +102,7 @@ func TestCloneModeBorrowsFromMirror(t *testing.T) {
 	res, err := Prepare(context.Background(), f.git, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Facts.Head).To(Equal(f.head))
+	g.Expect(res.FullFetch).To(BeFalse(), "the clone borrows from the mirror")
 	alt, err := os.ReadFile(filepath.Join(o.Path, ".git/objects/info/alternates"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(strings.TrimSpace(string(alt))).To(Equal(filepath.Join(o.MirrorPath, "objects")))
@@ -113,6 +115,7 @@ func TestWorktreeModeFromMirror(t *testing.T) {
 	res, err := Prepare(context.Background(), f.git, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Restored).To(BeFalse())
+	g.Expect(res.FullFetch).To(BeTrue(), "the first worktree creates the mirror")
 	g.Expect(res.BranchAction).To(Equal(BranchCreated))
 	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/issue-3", Head: f.head}))
 	// The worktree links to the mirror by absolute path, and the mirror is bare.
@@ -122,6 +125,10 @@ func TestWorktreeModeFromMirror(t *testing.T) {
 	g.Expect(f.run(t, o.MirrorPath, "rev-parse", "--is-bare-repository")).To(Equal("true"))
 	g.Expect(f.run(t, o.MirrorPath, "config", "--get", "gc.pruneExpire")).To(Equal("never"))
 	g.Expect(f.run(t, o.MirrorPath, "worktree", "list", "--porcelain")).To(ContainSubstring("branch refs/heads/shepherd/issue-3"))
+
+	second, err := Prepare(context.Background(), f.git, f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-2", "shepherd/issue-4"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(second.FullFetch).To(BeFalse(), "the second worktree is added from the present mirror")
 }
 
 func TestRestoreFetchesWithoutRecloning(t *testing.T) {
@@ -144,6 +151,7 @@ func TestRestoreFetchesWithoutRecloning(t *testing.T) {
 			res, err := Prepare(context.Background(), f.git, o)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(res.Restored).To(BeTrue())
+			g.Expect(res.FullFetch).To(BeFalse())
 			g.Expect(res.BranchAction).To(Equal(BranchExisting))
 			g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/restore", Head: local, Dirty: true, Unpushed: 1}))
 			g.Expect(f.run(t, o.Path, "rev-parse", "refs/remotes/origin/main")).To(Equal(newBase), "new base commits were fetched")

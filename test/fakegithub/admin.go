@@ -451,6 +451,24 @@ func (s *Server) CloseIssue(full string, n int) error {
 	return nil
 }
 
+// LabelIssue adds labels to an issue, as a human does in the UI (present ones are kept).
+func (s *Server) LabelIssue(full string, n int, labels ...string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.repo(full)
+	if r == nil || r.issues[n] == nil {
+		return fmt.Errorf("issue %s#%d: %w", full, n, ErrNotFound)
+	}
+	is := r.issues[n]
+	for _, l := range labels {
+		if !contains(is.Labels, l) {
+			is.Labels = append(is.Labels, l)
+		}
+	}
+	is.UpdatedAt = s.now()
+	return nil
+}
+
 // IssueLabels returns an issue's labels.
 func (s *Server) IssueLabels(full string, n int) ([]string, error) {
 	s.mu.Lock()

@@ -256,6 +256,15 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			obj:  func(ns string) client.Object { return MakeSession("fix.42", ns, "p").Issue("42").Obj() },
 			want: `<nil>: Invalid value: name must be a DNS label (at most 63 lowercase letters, digits and '-'): Shepherd uses it in labels and child names`,
 		}),
+		Entry("a backlog that claims with one of its own query labels", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerGitHub}
+					s.Backlog = &agentsv1alpha1.BacklogSpec{Labels: []string{"agent:backlog"}, MaxConcurrent: 5, ClaimedLabel: "agent:backlog"}
+				}).Obj()
+			},
+			want: `spec.backlog: Invalid value: backlog.claimedLabel must differ from the query labels, or claimed issues would be picked up again`,
+		}),
 		// Worktree
 		Entry("a branch starting with a dash", invalid{
 			obj:  func(ns string) client.Object { return MakeWorktree("w", ns, "p", "-x").Obj() },
