@@ -1,0 +1,15 @@
+# Benchmarks (docs/performance.md). Each prints its setup and ratios against a baseline measured
+# in the same run; none is asserted in tests. Included by the Makefile.
+
+##@ Benchmarks
+
+.PHONY: bench
+bench: bench-scm bench-workspace ## Run every benchmark.
+
+.PHONY: bench-scm
+bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
+	go test ./internal/scm/ -run '^$$' -bench BenchmarkSCMEconomy -benchtime 1x -timeout 30m
+
+.PHONY: bench-workspace
+bench-workspace: ## Time and disk to a ready checkout on a generated 50k-file repository: clone, blob:none, reference, worktree.
+	hack/bench-workspace.sh
