@@ -10,6 +10,11 @@ E2E_TIMEOUT ?= 40m
 # (manager, runner, test-agent, claude-code); e.g. IMAGES=all, IMAGES=codex,opencode.
 IMAGES ?=
 E2E_FLAGS ?=
+# The demo `make run-local` ends with (hack/demo): github (the in-repo fake GitHub), gitea (a real
+# Gitea, built from the Go module proxy on first use) or none; DEMO_FLAGS passes flags, e.g.
+# DEMO_FLAGS=--keep-serving keeps its forge and model server up after the merge until Ctrl-C.
+DEMO ?= github
+DEMO_FLAGS ?=
 
 ##@ Local cluster
 
@@ -34,8 +39,8 @@ images-local: install-deps ## Build the images without Docker (IMAGES=all adds t
 	$(LOCALCLUSTER) images --load-if-running $(if $(IMAGES),--only=$(IMAGES))
 
 .PHONY: run-local
-run-local: install-deps manifests ## Cluster up, images loaded, CRDs and the manager deployed, samples applied.
-	LOCALCLUSTER="$(LOCALCLUSTER)" KWOK_NODES=$(KWOK_NODES) hack/run-local.sh
+run-local: install-deps manifests ## Cluster up, images loaded, the manager deployed, then a whole session offline (DEMO=github|gitea|none).
+	LOCALCLUSTER="$(LOCALCLUSTER)" KWOK_NODES=$(KWOK_NODES) DEMO="$(DEMO)" DEMO_FLAGS="$(DEMO_FLAGS)" hack/run-local.sh
 
 .PHONY: test-e2e
 test-e2e: install-deps manifests ## Run the e2e suite on the local cluster (brings it up; tears it down at the end).

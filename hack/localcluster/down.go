@@ -95,6 +95,7 @@ func teardown(ctx context.Context, l layout) error {
 		cleanupIptables(ctx, filepath.Join(st.BinDir, cProxy), l)
 	}
 	removeKubeletChains(ctx)
+	removeOrphanNetns(ctx)
 	deleteBridge(ctx)
 	if err := removeKubepodsCgroups(); err != nil {
 		errs = append(errs, err)
@@ -270,14 +271,54 @@ func cleanupIptables(ctx context.Context, kubeProxy string, l layout) {
 	}
 }
 
+// removeOrphanNetns deletes the pod network namespaces (/run/netns/cni-*, the names containerd
+// gives them) that no process is in any more: those of sandboxes containerd no longer knew when
+// it stopped, for example after a cluster whose containerd was killed. Deleting one removes its
+// veth, and so the host end on cni0. A namespace a process is still in is left alone.
+func removeOrphanNetns(ctx context.Context) {
+	paths, _ := filepath.Glob("/run/netns/cni-*")
+	if len(paths) == 0 {
+		return
+	}
+	inUse := map[uint64]bool{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/proc", p.Name(), "ns", "net"), &st) == nil {
+			inUse[st.Ino] = true
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, p := range paths {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil || inUse[st.Ino] {
+			continue
+		}
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "delete", filepath.Base(p)).CombinedOutput(); err != nil {
+			logf("ip netns delete %s: %v: %s", filepath.Base(p), err, out)
+			continue
+		}
+		logf("removed the orphaned pod network namespace %s", filepath.Base(p))
+	}
+}
+
 // deleteBridge removes the cni0 bridge once no pod is attached to it.
 func deleteBridge(ctx context.Context) {
 	if _, err := os.Stat("/sys/class/net/" + bridgeName); err != nil {
 		return
 	}
-	if ports, _ := os.ReadDir("/sys/class/net/" + bridgeName + "/brif"); len(ports) > 0 {
-		logf("%s still has %d ports; left in place", bridgeName, len(ports))
-		return
+	// A deleted network namespace takes its veth with it asynchronously (the kernel cleans up
+	// namespaces in a work queue): give the ports a few seconds to go.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ports, _ := os.ReadDir("/sys/class/net/" + bridgeName + "/brif")
+		if len(ports) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			logf("%s still has %d ports; left in place", bridgeName, len(ports))
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -28,6 +28,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/test/gitserver"
+	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
 const (
@@ -246,6 +247,10 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		wholeSession(ctx, c)
 	})
 
+	It("runs a whole session on a real Gitea: commit statuses, official reviews, webhooks drive the phases", func() {
+		giteaSession(ctx, c)
+	})
+
 	It("tears the cluster down cleanly", func() {
 		By("leaving a volume mounted by a running pod, which down must unmount and delete")
 		ns := restrictedNamespace(ctx, c, "e2e-teardown-")
@@ -314,20 +319,10 @@ func managerPod(ctx context.Context, c *cluster) *corev1.Pod {
 }
 
 func nodeIP(ctx context.Context, c *cluster) string {
-	var nodes corev1.NodeList
-	Expect(c.client.List(ctx, &nodes)).To(Succeed())
-	for _, n := range nodes.Items {
-		if _, fake := n.Annotations["kwok.x-k8s.io/node"]; fake {
-			continue
-		}
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				return a.Address
-			}
-		}
-	}
-	Fail("no real node with an InternalIP")
-	return ""
+	GinkgoHelper()
+	ip, err := scenario.NodeIP(ctx, c.client)
+	Expect(err).NotTo(HaveOccurred())
+	return ip
 }
 
 // gitPod clones url with the runner image's git (init container) and prints the checked-out

@@ -1,0 +1,86 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// Where config/default puts the manager and its webhook receiver.
+const (
+	ManagerNamespace = "shepherd-system"
+	WebhooksService  = "shepherd-webhooks"
+)
+
+// NodeIP is the InternalIP of the cluster's real node (KWOK's fake nodes left out): where pods
+// reach servers that run on the machine.
+func NodeIP(ctx context.Context, cl client.Reader) (string, error) {
+	var nodes corev1.NodeList
+	if err := cl.List(ctx, &nodes); err != nil {
+		return "", fmt.Errorf("list nodes: %w", err)
+	}
+	for _, n := range nodes.Items {
+		if _, fake := n.Annotations["kwok.x-k8s.io/node"]; fake {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				return a.Address, nil
+			}
+		}
+	}
+	return "", errors.New("no real node with an InternalIP")
+}
+
+// WebhookURL is the manager's webhook receiver through its Service's cluster IP, which the
+// machine reaches through kube-proxy: where the forges on the node deliver.
+func WebhookURL(ctx context.Context, cl client.Reader) (string, error) {
+	svc := &corev1.Service{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ManagerNamespace, Name: WebhooksService}, svc); err != nil {
+		return "", fmt.Errorf("the manager's webhooks Service: %w", err)
+	}
+	if len(svc.Spec.Ports) == 0 || svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return "", fmt.Errorf("service %s/%s has no cluster IP and port", ManagerNamespace, WebhooksService)
+	}
+	return fmt.Sprintf("http://%s/", net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))), nil
+}
+
+// RestrictedNamespace is a namespace enforcing the restricted Pod Security Standard, which agent
+// pods meet.
+func RestrictedNamespace(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+	}}}
+}
+
+// WaitProjectReady waits until the Project's Ready condition is True; the error carries the
+// condition the controller reported last.
+func WaitProjectReady(ctx context.Context, cl client.Reader, key client.ObjectKey, timeout time.Duration) error {
+	var last *metav1.Condition
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p := &agentsv1alpha1.Project{}
+		if err := cl.Get(ctx, key, p); err != nil {
+			return false, nil //nolint:nilerr // retried until the timeout
+		}
+		last = meta.FindStatusCondition(p.Status.Conditions, agentsv1alpha1.ConditionReady)
+		return last != nil && last.Status == metav1.ConditionTrue, nil
+	})
+	if err != nil {
+		if last != nil {
+			return fmt.Errorf("project %s not Ready after %s: %s: %s", key, timeout, last.Reason, last.Message)
+		}
+		return fmt.Errorf("project %s not Ready after %s: no Ready condition", key, timeout)
+	}
+	return nil
+}
