@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -59,6 +60,11 @@ type ProjectSpec struct {
 	// Network restricts where agent pods may connect.
 	// +optional
 	Network *NetworkSpec `json:"network,omitempty"`
+
+	// Scheduling places every pod Shepherd creates for the Project (agent and checkout pods):
+	// a node pool for agents, tolerations for its taints, a priority class.
+	// +optional
+	Scheduling *SchedulingSpec `json:"scheduling,omitempty"`
 }
 
 // RepositorySpec locates the repository and says how to authenticate to it.
@@ -578,6 +584,33 @@ type BacklogSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('24h')`,message="backlog interval must be between 10s and 24h"
 	Interval *metav1.Duration `json:"interval,omitempty"`
+}
+
+// SchedulingSpec places the Project's pods. Pods already running keep their placement; new
+// pods (a new session, a restore, a checkout pod) get the current one.
+type SchedulingSpec struct {
+	// NodeSelector: the pods run only on nodes with all these labels, for example
+	// {"node-pool": "agents"}.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, size(k) <= 317 && size(self[k]) <= 63)`,message="nodeSelector keys must be at most 317 characters (prefix/name) and values at most 63"
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations let the pods run on nodes with matching taints.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule=`self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])`,message="toleration operator must be Exists or Equal"
+	// +kubebuilder:validation:XValidation:rule=`self.all(t, !has(t.effect) || t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'])`,message="toleration effect must be NoSchedule, PreferNoSchedule, NoExecute, or empty for all effects"
+	// +kubebuilder:validation:XValidation:rule=`self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')`,message="a toleration with operator Exists must not set a value"
+	// +kubebuilder:validation:XValidation:rule=`self.all(t, has(t.key) && t.key != '' || has(t.operator) && t.operator == 'Exists')`,message="a toleration without a key must use operator Exists (it then tolerates every taint)"
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// PriorityClassName of the pods; the PriorityClass must exist.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	PriorityClassName string `json:"priorityClassName,omitempty"`
 }
 
 // NetworkSpec restricts agent pod egress.

@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -101,6 +102,10 @@ type options struct {
 	runnerImage     string
 	agentImages     string
 	imagePullPolicy string
+
+	kubeAPIQPS    float64
+	kubeAPIBurst  int
+	maxConcurrent int
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -120,6 +125,25 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.agentImages, "agent-images", "claude-code=shepherd-agent-claude-code:latest,codex=shepherd-agent-codex:latest,opencode=shepherd-agent-opencode:latest,aider=shepherd-agent-aider:latest",
 		"Default image per agent type (type=image, comma-separated), used when neither the session nor the Project names one.")
 	fs.StringVar(&o.imagePullPolicy, "image-pull-policy", "IfNotPresent", "Pull policy of agent and runner containers.")
+	// client-go's own defaults (5 QPS, burst 10; controller-runtime raises them to 20/30) throttle
+	// a fan-out of thousands of sessions long before the API server is busy: a session costs a
+	// few writes to reach Working. docs/performance.md measures these settings.
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 100, "Queries per second the manager's Kubernetes client may send on average.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 200, "Queries the manager's Kubernetes client may send in a burst above --kube-api-qps.")
+	fs.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", 4, "Reconciles each controller runs at once (different objects only; one object is never reconciled twice at the same time).")
+}
+
+// validate checks the numeric settings.
+func (o *options) validate() error {
+	switch {
+	case o.kubeAPIQPS <= 0:
+		return fmt.Errorf("--kube-api-qps must be more than 0, not %v", o.kubeAPIQPS)
+	case o.kubeAPIBurst < 1:
+		return fmt.Errorf("--kube-api-burst must be at least 1, not %d", o.kubeAPIBurst)
+	case o.maxConcurrent < 1 || o.maxConcurrent > 64:
+		return fmt.Errorf("--max-concurrent-reconciles must be between 1 and 64, not %d", o.maxConcurrent)
+	}
+	return nil
 }
 
 // images parses --agent-images.
@@ -170,6 +194,9 @@ func main() {
 
 func run(o options) error {
 	log := ctrl.Log.WithName("setup")
+	if err := o.validate(); err != nil {
+		return err
+	}
 	namespaces, err := o.namespaces()
 	if err != nil {
 		return err
@@ -188,6 +215,7 @@ func run(o options) error {
 		return err
 	}
 	restCfg := ctrl.GetConfigOrDie()
+	restCfg.QPS, restCfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
 	if o.runnerURL == "" && o.runnerAddr != "0" {
 		if o.runnerURL, err = runnerURLFromService(restCfg, os.Getenv("POD_NAMESPACE"), o.runnerService, o.runnerAddr); err != nil {
 			return err
@@ -204,6 +232,7 @@ func run(o options) error {
 		// Releasing the lease on a clean shutdown lets a new replica take over at once.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(namespaces),
+		Controller:                    ctrlconfig.Controller{MaxConcurrentReconciles: o.maxConcurrent},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

@@ -3,6 +3,8 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -84,15 +86,15 @@ func restrictedContainer() *corev1.SecurityContext {
 
 // basePod is what agent and worktree pods share: the runner copied into an emptyDir, the
 // checkout volume, a writable home, and the projected runner token.
-func (d *Deps) basePod(name, namespace string, labels map[string]string, project string, vol checkoutVolume) *corev1.Pod {
+func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agentsv1alpha1.Project, vol checkoutVolume) *corev1.Pod {
 	pull := corev1.PullIfNotPresent
 	if d.Options.ImagePullPolicy != "" {
 		pull = corev1.PullPolicy(d.Options.ImagePullPolicy)
 	}
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
 		Spec: corev1.PodSpec{
-			ServiceAccountName:           agentServiceAccountName(project),
+			ServiceAccountName:           agentServiceAccountName(p.Name),
 			AutomountServiceAccountToken: ptrTo(false),
 			EnableServiceLinks:           ptrTo(false),
 			SecurityContext: &corev1.PodSecurityContext{
@@ -130,6 +132,15 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, project
 			},
 		},
 	}
+	if sc := p.Spec.Scheduling; sc != nil {
+		if len(sc.NodeSelector) > 0 {
+			pod.Spec.NodeSelector = make(map[string]string, len(sc.NodeSelector))
+			maps.Copy(pod.Spec.NodeSelector, sc.NodeSelector)
+		}
+		pod.Spec.Tolerations = slices.Clone(sc.Tolerations)
+		pod.Spec.PriorityClassName = sc.PriorityClassName
+	}
+	return pod
 }
 
 // runnerMounts are the mounts of a container that runs the copied runner.
@@ -260,7 +271,7 @@ func (d *Deps) worktreePod(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktre
 	labels := mergeLabels(managedLabels(p.Name), map[string]string{
 		agentsv1alpha1.LabelWorktree: wt.Name, agentsv1alpha1.LabelComponent: componentWorktree,
 	})
-	pod := d.basePod(worktreePodName(wt.Name), wt.Namespace, labels, p.Name, vol)
+	pod := d.basePod(worktreePodName(wt.Name), wt.Namespace, labels, p, vol)
 	pod.Annotations = map[string]string{annotationOperation: op, annotationGeneration: strconv.FormatInt(wt.Generation, 10)}
 	if req := wt.Annotations[agentsv1alpha1.ReconcileRequestAnnotation]; req != "" {
 		pod.Annotations[agentsv1alpha1.ReconcileRequestAnnotation] = req
@@ -309,7 +320,7 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 	labels := mergeLabels(managedLabels(p.Name), map[string]string{
 		agentsv1alpha1.LabelSession: sess.Name, agentsv1alpha1.LabelWorktree: wt.Name, componentLabel: componentAgent,
 	})
-	pod := d.basePod(agentPodName(sess.Name), sess.Namespace, labels, p.Name, vol)
+	pod := d.basePod(agentPodName(sess.Name), sess.Namespace, labels, p, vol)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	// The runner stops the agent on SIGTERM within its stop grace (10s) and reports; leave room.
 	pod.Spec.TerminationGracePeriodSeconds = ptrTo(int64(30))

@@ -612,6 +612,33 @@ func TestAgentPod(t *testing.T) {
 	again, err := d.agentPod(s, p, wt, vol, mergeAgent(p.Spec.Agent, s.Spec.Agent))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).To(Equal(pod), "the builder is deterministic")
+	g.Expect(pod.Spec.NodeSelector).To(BeEmpty())
+	g.Expect(pod.Spec.Tolerations).To(BeEmpty())
+}
+
+func TestPodsFollowTheProjectsScheduling(t *testing.T) {
+	g := NewWithT(t)
+	p := MakeProject("widgets", "ns").Obj()
+	tol := corev1.Toleration{Key: "pool", Operator: corev1.TolerationOpEqual, Value: "agents", Effect: corev1.TaintEffectNoSchedule}
+	p.Spec.Scheduling = &agentsv1alpha1.SchedulingSpec{
+		NodeSelector: map[string]string{"pool": "agents"}, Tolerations: []corev1.Toleration{tol}, PriorityClassName: "agents-low",
+	}
+	s := MakeSession("fix", "ns", "widgets").Prompt("p").Obj()
+	wt := MakeWorktree("fix", "ns", "widgets", "shepherd/fix").Obj()
+	vol := worktreeVolume("widgets", wt, agentsv1alpha1.WorkspaceWorktree)
+	d := testDeps()
+
+	agentPod, err := d.agentPod(s, p, wt, vol, mergeAgent(p.Spec.Agent, s.Spec.Agent))
+	g.Expect(err).NotTo(HaveOccurred())
+	checkoutPod, err := d.worktreePod(p, wt, vol, operationPrepare)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, pod := range []*corev1.Pod{agentPod, checkoutPod} {
+		g.Expect(pod.Spec.NodeSelector).To(Equal(map[string]string{"pool": "agents"}), pod.Name)
+		g.Expect(pod.Spec.Tolerations).To(Equal([]corev1.Toleration{tol}), pod.Name)
+		g.Expect(pod.Spec.PriorityClassName).To(Equal("agents-low"), pod.Name)
+	}
+	agentPod.Spec.NodeSelector["pool"] = "changed"
+	g.Expect(p.Spec.Scheduling.NodeSelector).To(HaveKeyWithValue("pool", "agents"), "the pod holds a copy")
 }
 
 func TestWorktreePod(t *testing.T) {

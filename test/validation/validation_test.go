@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -217,6 +218,30 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 				}).Obj()
 			},
 			want: `spec.network.egress.allow[0].cidr: Invalid value: "api.anthropic.com": cidr must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32`,
+		}),
+		Entry("a toleration with an unknown operator", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Scheduling = &agentsv1alpha1.SchedulingSpec{Tolerations: []corev1.Toleration{{Key: "pool", Operator: "In", Value: "agents"}}}
+				}).Obj()
+			},
+			want: `spec.scheduling.tolerations: Invalid value: toleration operator must be Exists or Equal`,
+		}),
+		Entry("a toleration without a key that is not Exists", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Scheduling = &agentsv1alpha1.SchedulingSpec{Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpEqual, Value: "x"}}}
+				}).Obj()
+			},
+			want: `spec.scheduling.tolerations: Invalid value: a toleration without a key must use operator Exists (it then tolerates every taint)`,
+		}),
+		Entry("a priority class name that is not a DNS subdomain", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Scheduling = &agentsv1alpha1.SchedulingSpec{PriorityClassName: "Agents_Low"}
+				}).Obj()
+			},
+			want: `spec.scheduling.priorityClassName: Invalid value: "Agents_Low": spec.scheduling.priorityClassName in body should match '^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$'`,
 		}),
 		Entry("a volume larger than 10Ti", invalid{
 			obj: func(ns string) client.Object {

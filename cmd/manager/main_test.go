@@ -1,0 +1,43 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" when valid
+	}{
+		{args: nil},
+		{args: []string{"--kube-api-qps=500", "--kube-api-burst=1000", "--max-concurrent-reconciles=16"}},
+		{args: []string{"--kube-api-qps=0"}, want: "--kube-api-qps must be more than 0"},
+		{args: []string{"--kube-api-burst=0"}, want: "--kube-api-burst must be at least 1"},
+		{args: []string{"--max-concurrent-reconciles=0"}, want: "--max-concurrent-reconciles must be between 1 and 64"},
+		{args: []string{"--max-concurrent-reconciles=65"}, want: "--max-concurrent-reconciles must be between 1 and 64"},
+	} {
+		var o options
+		fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+		o.bind(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%v: parse: %v", tc.args, err)
+		}
+		err := o.validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: unexpected error %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	var o options
+	o.bind(flag.NewFlagSet("manager", flag.ContinueOnError))
+	if o.kubeAPIQPS != 100 || o.kubeAPIBurst != 200 || o.maxConcurrent != 4 {
+		t.Errorf("defaults changed: qps %v burst %d reconciles %d (update docs/operations.md and docs/performance.md)", o.kubeAPIQPS, o.kubeAPIBurst, o.maxConcurrent)
+	}
+}
