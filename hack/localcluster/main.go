@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -48,7 +49,24 @@ type globals struct {
 }
 
 func main() {
+	closeInheritedFiles()
 	os.Exit(mainExit())
+}
+
+// closeInheritedFiles marks every file descriptor above stderr that this process inherited as
+// close-on-exec. The cluster's daemons outlive this command; without this they would keep
+// whatever the caller left open: a `flock` lock (held for as long as the cluster runs), or the
+// write end of a CI pipe (whose reader then never sees EOF).
+func closeInheritedFiles() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 func mainExit() int {

@@ -179,7 +179,9 @@ func (r *AgentSessionReconciler) admit(ctx context.Context, s *sessionScope) err
 		return nil
 	}
 	var list agentsv1alpha1.AgentSessionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(s.sess.Namespace), client.MatchingFields{indexProject: s.project.Name}); err != nil {
+	// Read-only: admitted only reads and sorts pointers.
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.sess.Namespace), client.MatchingFields{indexProject: s.project.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list sessions: %w", err)
 	}
 	s.admitted = admitted(s.sess, list.Items, int(*lim.MaxConcurrentSessions))
@@ -563,8 +565,16 @@ func (r *AgentSessionReconciler) queuedSessions(ctx context.Context, o client.Ob
 	if !ok {
 		return nil
 	}
+	// Without a limit nobody waits for a slot: skip listing the Project's sessions (thousands, in
+	// a fan-out) on every phase change.
+	var p agentsv1alpha1.Project
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sess.Namespace, Name: sess.Spec.ProjectRef.Name}, &p); err != nil ||
+		p.Spec.Limits == nil || p.Spec.Limits.MaxConcurrentSessions == nil {
+		return nil
+	}
 	var list agentsv1alpha1.AgentSessionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(sess.Namespace), client.MatchingFields{indexProject: sess.Spec.ProjectRef.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(sess.Namespace), client.MatchingFields{indexProject: sess.Spec.ProjectRef.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	waiting := list.Items[:0]
@@ -578,7 +588,8 @@ func (r *AgentSessionReconciler) queuedSessions(ctx context.Context, o client.Ob
 
 func (r *AgentSessionReconciler) sessionsForWorktree(ctx context.Context, o client.Object) []reconcile.Request {
 	var list agentsv1alpha1.AgentSessionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexWorktree: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexWorktree: o.GetName()},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	return requestsFor(list.Items)
@@ -586,7 +597,8 @@ func (r *AgentSessionReconciler) sessionsForWorktree(ctx context.Context, o clie
 
 func (r *AgentSessionReconciler) sessionsForProject(ctx context.Context, o client.Object) []reconcile.Request {
 	var list agentsv1alpha1.AgentSessionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	return requestsFor(list.Items)

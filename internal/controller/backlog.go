@@ -577,7 +577,9 @@ func (r *ProjectReconciler) advanceStages(ctx context.Context, s *projectScope, 
 			// The issue is gone (deleted, transferred): there is nothing to label. The stage is
 			// recorded all the same, so that it is not tried on every reconcile.
 		}
-		patch := client.MergeFrom(o.DeepCopy())
+		// o is the cache's object (observeSessions does not copy): change a copy.
+		patch := client.MergeFrom(o)
+		o = o.DeepCopy()
 		if o.Annotations == nil {
 			o.Annotations = map[string]string{}
 		}

@@ -66,6 +66,9 @@ type Options struct {
 	ImagePullPolicy string
 	// AccessCheckInterval is how often a Project's repository access is re-checked.
 	AccessCheckInterval time.Duration
+	// SessionCountDelay is how long the Project controller lets session phase changes gather
+	// before it counts them again (default 1s): one status write per burst, not per change.
+	SessionCountDelay time.Duration
 }
 
 func (d *Deps) now() time.Time {

@@ -11,10 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1 "k8s.io/api/core/v1"
@@ -150,3 +154,32 @@ func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
 
 // klogRef names an object in logs as namespace/name.
 func klogRef(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }
+
+// defaultSessionCountDelay is how long the Project controller lets session changes gather
+// before it counts them again.
+const defaultSessionCountDelay = time.Second
+
+// enqueueAfter is an event handler that enqueues key(obj) delay after each event. The workqueue
+// holds one entry per key and keeps the earliest time asked for, so a burst of events within
+// delay becomes one reconcile: the reconcile after it sees the state the burst left.
+func enqueueAfter(delay time.Duration, key func(client.Object) types.NamespacedName) handler.EventHandler {
+	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
+		if k := key(o); k.Name != "" {
+			q.AddAfter(reconcile.Request{NamespacedName: k}, delay)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.ObjectNew)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object)
+		},
+	}
+}

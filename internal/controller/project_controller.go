@@ -132,7 +132,10 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 
 func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope) error {
 	var list agentsv1alpha1.AgentSessionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(s.project.Namespace), client.MatchingFields{indexProject: s.project.Name}); err != nil {
+	// The cache's own objects, not copies: a Project of thousands of sessions would otherwise copy
+	// them all on every reconcile. s.sessions is read-only; whoever changes one copies it first.
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.project.Namespace), client.MatchingFields{indexProject: s.project.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list sessions: %w", err)
 	}
 	s.sessions = list.Items
@@ -140,6 +143,14 @@ func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope
 	// Counts, not events: the gauge follows every reconcile, whether or not the status changed.
 	r.Metrics.SetSessions(s.project.Namespace, s.project.Name, s.counts.ByPhase)
 	return nil
+}
+
+// countDelay is Options.SessionCountDelay or its default.
+func (r *ProjectReconciler) countDelay() time.Duration {
+	if r.Options.SessionCountDelay > 0 {
+		return r.Options.SessionCountDelay
+	}
+	return defaultSessionCountDelay
 }
 
 // forget drops what this process keeps about a deleted Project.
@@ -238,6 +249,13 @@ func (r *ProjectReconciler) reconcileEgressPolicy(ctx context.Context, s *projec
 	p := s.project
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: egressPolicyName(p.Name), Namespace: p.Namespace}}
 	if p.Spec.Network == nil || p.Spec.Network.Egress == nil {
+		// Read the cache first: a delete of a policy that is not there is still an API call, and
+		// this runs on every reconcile of every Project.
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(np), np); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("read egress policy: %w", err)
+		}
 		if err := r.Client.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete egress policy: %w", err)
 		}
@@ -332,8 +350,10 @@ func (r *ProjectReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
 		Owns(&networkingv1.NetworkPolicy{}).
-		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name}}}
+		// Session counts are coalesced: a fan-out of thousands of sessions changes phases thousands
+		// of times a minute, and the Project's status needs one write per burst, not one per change.
+		Watches(&agentsv1alpha1.AgentSession{}, enqueueAfter(r.countDelay(), func(o client.Object) types.NamespacedName {
+			return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name}
 		}), builder.WithPredicates(sessionPhaseChanged())).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.projectsForSecret), builder.OnlyMetadata)
 	if r.Events != nil {

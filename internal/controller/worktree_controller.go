@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -437,7 +438,8 @@ func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(createOrDelete())).
 		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list agentsv1alpha1.WorktreeList
-			if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()}); err != nil {
+			if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()},
+				client.UnsafeDisableDeepCopy); err != nil {
 				return nil
 			}
 			out := make([]reconcile.Request, 0, len(list.Items))
@@ -445,7 +447,9 @@ func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 			}
 			return out
-		})).
+			// The Project's status changes with every session it counts; its Worktrees follow
+			// its spec only.
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("worktree").
 		Complete(r)
 }

@@ -1,0 +1,35 @@
+package controller_test
+
+import (
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	. "github.com/shepherd-dev/shepherd/test/builders"
+)
+
+var _ = Describe("API economy", Serial, func() {
+	It("makes no NetworkPolicy call for a Project without egress rules, however often it reconciles", func() {
+		w := newWorld()
+		writes := func() float64 {
+			v, _ := sample(gather(), "shepherd_api_writes_total", map[string]string{"kind": "networkpolicy"})
+			return v
+		}
+		before := writes()
+		create(w.project().Obj())
+		Eventually(projectConditions(w.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
+		By("sessions coming and going reconcile the Project again and again")
+		for i := range 3 {
+			create(MakeSession(fmt.Sprintf("s%d", i), w.ns, "widgets").Prompt("p").Obj())
+		}
+		Eventually(func() int32 {
+			p := &agentsv1alpha1.Project{}
+			Expect(k8sClient.Get(ctx, objKey(w.ns, "widgets"), p)).To(Succeed())
+			return p.Status.Sessions.Total
+		}).Should(BeEquivalentTo(3))
+		Expect(writes()).To(Equal(before), "no NetworkPolicy was created, patched or deleted")
+	})
+})
