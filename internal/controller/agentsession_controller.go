@@ -357,6 +357,9 @@ func (r *AgentSessionReconciler) reconcileWorktree(ctx context.Context, s *sessi
 	if err := controllerutil.SetControllerReference(s.sess, wt, r.Scheme); err != nil {
 		return fmt.Errorf("own Worktree: %w", err)
 	}
+	// Born with the Worktree controller's finalizer: it would add it on its first reconcile
+	// anyway, and that is one write less per session in a fan-out.
+	controllerutil.AddFinalizer(wt, agentsv1alpha1.WorktreeFinalizer)
 	if err := r.Client.Create(ctx, wt); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create Worktree: %w", err)
 	}

@@ -47,7 +47,7 @@ func TestEnqueueAfterCoalesces(t *testing.T) {
 	item, _ := q.Get()
 	g.Expect(item.NamespacedName).To(Equal(types.NamespacedName{Namespace: "ns", Name: "widgets"}))
 	q.Done(item)
-	g.Consistently(q.Len).WithTimeout(3 * delay).Should(BeZero(), "the burst was one request")
+	g.Consistently(q.Len).WithTimeout(3*delay).Should(BeZero(), "the burst was one request")
 
 	// A session without a Project name enqueues nothing.
 	h.Create(ctx, event.CreateEvent{Object: &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}}, q)
