@@ -15,6 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/workspace"
+	. "github.com/shepherd-dev/shepherd/test/builders"
 )
 
 // TestEnqueueAfterCoalesces: a burst of session events becomes one Project reconcile, after the
@@ -52,4 +55,27 @@ func TestEnqueueAfterCoalesces(t *testing.T) {
 	// A session without a Project name enqueues nothing.
 	h.Create(ctx, event.CreateEvent{Object: &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}}, q)
 	g.Consistently(q.Len).WithTimeout(3 * delay).Should(BeZero())
+}
+
+// TestWorktreeObservedTimeMovesOnChangeOrAfterAMinute: runners report every few seconds; the
+// Worktree's lastObservedTime (a status write each time it moves) follows them only when the
+// facts change or a minute has passed.
+func TestWorktreeObservedTimeMovesOnChangeOrAfterAMinute(t *testing.T) {
+	g := NewWithT(t)
+	base := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	wt := MakeWorktree("feature", "ns", "widgets", "feature/x").Obj()
+	prepared := checkoutResult{OK: true, Finished: base, Result: workspace.Result{Path: "/x", Facts: workspace.Facts{Head: "aaaa"}}}
+	status := func(live *runnerapi.WorkspaceReport, at time.Time) *metav1.Time {
+		s := wtScope(func(s *worktreeScope) { s.result, s.hasRes, s.live, s.liveAt = prepared, true, live, at })
+		setWorktreeStatus(wt, s, nil)
+		return wt.Status.LastObservedTime
+	}
+	g.Expect(status(nil, time.Time{}).Time).To(Equal(base), "the prepare's time")
+	g.Expect(status(&runnerapi.WorkspaceReport{Head: "aaaa"}, base.Add(5*time.Second)).Time).To(Equal(base), "same facts, 5s later: unchanged")
+	g.Expect(status(&runnerapi.WorkspaceReport{Head: "aaaa"}, base.Add(59*time.Second)).Time).To(Equal(base), "same facts, 59s later: unchanged")
+	g.Expect(status(&runnerapi.WorkspaceReport{Head: "aaaa"}, base.Add(61*time.Second)).Time).To(Equal(base.Add(61*time.Second)), "a minute later: refreshed")
+	g.Expect(status(&runnerapi.WorkspaceReport{Head: "aaaa", Dirty: true}, base.Add(65*time.Second)).Time).To(Equal(base.Add(65*time.Second)), "dirty: at once")
+	g.Expect(wt.Status.Dirty).To(BeTrue())
+	g.Expect(status(&runnerapi.WorkspaceReport{Head: "bbbb", Dirty: true}, base.Add(66*time.Second)).Time).To(Equal(base.Add(66*time.Second)), "a new head: at once")
+	g.Expect(wt.Status.Head).To(Equal("bbbb"))
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,9 @@ func worktreePhase(wt *agentsv1alpha1.Worktree, s *worktreeScope) (agentsv1alpha
 	}
 }
 
+// observedRefresh is how stale status.lastObservedTime may grow while the facts stay the same.
+const observedRefresh = time.Minute
+
 // facts is the freshest view of the checkout: a live report when newer than the last prepare.
 func (s *worktreeScope) facts() (f struct {
 	Head     string
@@ -66,12 +70,15 @@ func setWorktreeStatus(wt *agentsv1alpha1.Worktree, s *worktreeScope, err error)
 	st.Phase = phase
 
 	if f := s.facts(); f.Head != "" {
+		unchanged := st.Head == f.Head && st.Dirty == f.Dirty && st.UnpushedCommits == f.Unpushed
 		st.Head, st.Dirty, st.UnpushedCommits = f.Head, f.Dirty, f.Unpushed
 		at := s.result.Finished
 		if s.liveAt.After(at) {
 			at = s.liveAt
 		}
-		if !at.IsZero() {
+		// Facts that did not change move the time at most once per observedRefresh: every move
+		// is a status write, and a fleet's runners report every few seconds.
+		if !at.IsZero() && (st.LastObservedTime == nil || !unchanged || at.Sub(st.LastObservedTime.Time) >= observedRefresh) {
 			t := metav1.NewTime(at.Truncate(1e9))
 			st.LastObservedTime = &t
 		}

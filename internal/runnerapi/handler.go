@@ -60,7 +60,7 @@ type HandlerOptions struct {
 	Pods client.Reader
 	// Audience the tokens must carry; default Audience.
 	Audience string
-	// CacheTTL bounds how long a token review is reused; default 1 minute.
+	// CacheTTL bounds how long a token review is reused; default 10 minutes.
 	CacheTTL time.Duration
 	// MaxWait caps a long poll; default 60s.
 	MaxWait time.Duration
@@ -99,7 +99,10 @@ func NewHandler(o HandlerOptions) (*Handler, error) {
 		o.Audience = Audience
 	}
 	if o.CacheTTL == 0 {
-		o.CacheTTL = time.Minute
+		// Long enough that a fleet of runners reporting every few seconds costs few TokenReviews
+		// (5000 runners: ~8 a second instead of ~80), short enough to notice a revoked token;
+		// a deleted pod is refused at once whatever the cache holds (the UID check).
+		o.CacheTTL = 10 * time.Minute
 	}
 	if o.MaxWait == 0 {
 		o.MaxWait = 60 * time.Second
