@@ -111,6 +111,11 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			res, retErr = statusWriteFailed(recErr, err)
 			return
 		}
+		if sess.Status.Phase == agentsv1alpha1.PhaseMerged {
+			// Merged is final: nothing the forge says changes the session any more, so its pull
+			// request stops costing polls (the status keeps what was last read).
+			r.Hub.Forget(s.key)
+		}
 		r.observe(s, orig)
 		r.afterWrite(ctx, s, orig)
 		if err := r.removePod(ctx, s); err != nil {
@@ -411,7 +416,8 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 	}
 	rep, ok := r.Reports.Get(s.key)
 	in.Runner = runnerEvidence(rep, ok)
-	if s.forge != nil && s.branch != "" {
+	// A merged session is not followed any more (the lifecycle holds Merged on its own).
+	if s.forge != nil && s.branch != "" && s.sess.Status.Phase != agentsv1alpha1.PhaseMerged {
 		w := scm.Watch{Repo: s.forge.Repo, Head: scm.Head{Branch: s.branch}, MaxAge: pollInterval(s.project)}
 		if pr := s.sess.Status.PullRequest; pr != nil {
 			w.Number = int(pr.Number)

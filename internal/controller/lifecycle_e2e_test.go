@@ -56,5 +56,12 @@ var _ = Describe("A session from prompt to merge", func() {
 		info, err := gh.PullRequest(full, int(pr.Number))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.Merged).To(BeTrue())
+
+		// Merged is final: the pull request is no longer polled, and the status keeps it.
+		Eventually(func() bool {
+			_, followed := mgr.deps.Hub.Get(objKey(ns, "fix-login"))
+			return followed
+		}).Should(BeFalse(), "a merged session's pull request should not cost polls any more")
+		Expect(sessionStatus(ns, "fix-login")().PullRequest).To(HaveField("State", agentsv1alpha1.PullRequestMerged))
 	})
 })

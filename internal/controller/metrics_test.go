@@ -152,6 +152,9 @@ var _ = Describe("Metrics", Serial, func() {
 
 		w := newWorld()
 		const model = "claude-test"
+		// openItems is what the pollers follow while the session's pull request is open; a merged
+		// session is let go.
+		var openItems float64
 		moves := map[string]movement{
 			"shepherd_sessions":                             {labels: map[string]string{"namespace": w.ns}, moved: atLeastOne},
 			"shepherd_session_phase_transitions_total":      {labels: map[string]string{"from": "Spawning", "to": "Working"}},
@@ -172,7 +175,7 @@ var _ = Describe("Metrics", Serial, func() {
 			"shepherd_scm_ratelimit_waits_total":            {labels: map[string]string{"reason": "secondary"}},
 			"shepherd_scm_ratelimit_wait_seconds_total":     {labels: map[string]string{"reason": "secondary"}},
 			"shepherd_scm_webhook_deliveries_total":         {labels: map[string]string{"outcome": "accepted"}},
-			"shepherd_scm_poller_items":                     {moved: atLeastOne},
+			"shepherd_scm_poller_items":                     {moved: func(_ float64, _ bool, after float64) bool { return after < openItems }},
 			"shepherd_scm_poller_max_age_seconds":           {moved: changed},
 			"controller_runtime_reconcile_time_seconds":     {labels: map[string]string{"controller": "project"}},
 			"controller_runtime_reconcile_errors_total":     {labels: map[string]string{"controller": "project"}},
@@ -205,6 +208,10 @@ var _ = Describe("Metrics", Serial, func() {
 		a.openPR()
 		a.report(agentsv1alpha1.ActivityReady)
 		a.expect(agentsv1alpha1.PhaseMergeable)
+		Eventually(func() float64 {
+			openItems, _ = sample(gather(), "shepherd_scm_poller_items", nil)
+			return openItems
+		}).Should(BeNumerically(">=", 1), "the poller follows the open pull request")
 		_, err := gh.Merge(w.full, a.pr, "squash")
 		Expect(err).NotTo(HaveOccurred())
 		a.expect(agentsv1alpha1.PhaseMerged)

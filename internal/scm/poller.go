@@ -182,13 +182,17 @@ func (p *Poller) Get(key types.NamespacedName) (Observation, bool) {
 	return it.obs, true
 }
 
-// Notify marks the items a webhook hint names as due. It also records that the repository's
-// webhooks are flowing (see WebhookMaxAge). It never calls the forge itself.
+// Notify marks the items a hint names as due. A hint from a webhook (Hint.Webhook) also records
+// that the repository's webhooks are flowing (see WebhookMaxAge); the manager's own hints do not,
+// or a repository without webhooks would be polled at WebhookMaxAge after each of them. It never
+// calls the forge itself.
 func (p *Poller) Notify(h Hint) {
 	now := p.opts.Clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.webhooks[h.Repo] = now
+	if h.Webhook {
+		p.webhooks[h.Repo] = now
+	}
 	due := now.Add(p.opts.HintDelay)
 	hit := false
 	for _, it := range p.items {

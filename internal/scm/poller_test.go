@@ -176,7 +176,7 @@ func TestPollerWebhookHintsAndHealth(t *testing.T) {
 	_, err = e.fake.AddReview("acme/widgets", a, "alice", "APPROVED", "ok")
 	g.Expect(err).NotTo(HaveOccurred())
 	e.clock.Advance(time.Second)
-	e.poller.Notify(scm.Hint{Repo: e.repo, Event: "pull_request_review", Numbers: []int{a}})
+	e.poller.Notify(scm.Hint{Repo: e.repo, Event: "pull_request_review", Numbers: []int{a}, Webhook: true})
 	next, err := e.poller.Poll(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(next).To(Equal(e.clock.Now().Add(2*time.Second)), "hints wait a moment for the rest of a burst")
@@ -200,12 +200,52 @@ func TestPollerWebhookHintsAndHealth(t *testing.T) {
 	g.Expect(e.fake.Stats().GraphQLQueries - queries).To(BeNumerically(">=", 2))
 
 	// A push to main (a merge elsewhere) makes PRs based on main due for a probe.
-	e.poller.Notify(scm.Hint{Repo: e.repo, Event: "push", Branches: []string{"main"}})
+	e.poller.Notify(scm.Hint{Repo: e.repo, Event: "push", Branches: []string{"main"}, Webhook: true})
 	_, err = e.fake.Push("acme/widgets", "main", map[string]string{"main.txt": "x"}, "main moves")
 	g.Expect(err).NotTo(HaveOccurred())
 	queries = e.fake.Stats().GraphQLQueries
 	e.pollUntil(t, e.clock.Now().Add(6*time.Second))
 	g.Expect(e.fake.Stats().GraphQLQueries).To(BeNumerically(">", queries))
+}
+
+// The manager's own hints (a runner opened a pull request, Shepherd merged one) make the items
+// they name due, but are no evidence that the repository's webhooks flow: without webhooks, the
+// repository keeps its poll interval.
+func TestPollerOwnHintsKeepThePollInterval(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute, WebhookMaxAge: 10 * time.Minute, HintDelay: 2 * time.Second, HintInterval: 5 * time.Second})
+	a, b := e.openPR(t, "a"), e.openPR(t, "b")
+	ka, kb := key("a"), key("b")
+	e.poller.Register(ka, scm.Watch{Repo: e.repo, Number: a, Head: scm.Head{Branch: "a"}})
+	e.poller.Register(kb, scm.Watch{Repo: e.repo, Number: b, Head: scm.Head{Branch: "b"}})
+	_, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	start := e.clock.Now()
+
+	// The runner opened (found) pull request a through the manager, which tells the Poller.
+	_, err = e.fake.AddReview("acme/widgets", a, "alice", "APPROVED", "ok")
+	g.Expect(err).NotTo(HaveOccurred())
+	e.clock.Advance(time.Second)
+	e.poller.Notify(scm.Hint{Repo: e.repo, Event: "pull_request", Numbers: []int{a}, Branches: []string{"a"}})
+	e.pollUntil(t, start.Add(5*time.Second))
+	obs, _ := e.poller.Get(ka)
+	g.Expect(obs.PullRequest.ReviewDecision).To(Equal(scm.ReviewApproved), "the named item is read within the hint delay")
+
+	// Every item is still read at least once a minute: look at the ages just before each call.
+	queries := e.fake.Stats().GraphQLQueries
+	worst := time.Duration(0)
+	for e.clock.Now().Before(start.Add(10 * time.Minute)) {
+		for _, k := range []types.NamespacedName{ka, kb} {
+			obs, ok := e.poller.Get(k)
+			g.Expect(ok).To(BeTrue())
+			worst = max(worst, e.clock.Now().Sub(obs.CheckedAt))
+		}
+		next, err := e.poller.Poll(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		e.clock.Set(next)
+	}
+	g.Expect(worst).To(BeNumerically("<=", time.Minute), "an internal hint must not relax the poll interval to WebhookMaxAge")
+	g.Expect(e.fake.Stats().GraphQLQueries-queries).To(BeNumerically(">=", 9), "one call a minute")
 }
 
 func TestPollerKeepsManyItemsFreshInFewCalls(t *testing.T) {

@@ -307,6 +307,11 @@ type Hint struct {
 	Branches []string
 	// SHAs of commits whose checks changed.
 	SHAs []string
+	// Webhook is true for a hint from a verified webhook delivery (the webhook handler sets it).
+	// Only those tell the Poller that the repository's webhooks flow, which relaxes its safety
+	// net to PollerOptions.WebhookMaxAge; a hint the manager makes itself (after opening or
+	// merging a pull request) makes the items it names due and leaves the poll interval alone.
+	Webhook bool
 }
 
 // IsZero reports whether the hint names nothing to look at.

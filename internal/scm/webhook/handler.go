@@ -150,6 +150,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The signed body names one repository; routing uses exactly that one.
 		hint.Repo = repo
 	}
+	// Verified: the repository's webhooks flow (the Poller relaxes its safety net on that).
+	hint.Webhook = true
 	h.count(event, "accepted")
 	h.opts.Logger.V(1).Info("Webhook delivery routed", "event", event, "delivery", delivery, "repository", repo.String())
 	h.opts.OnHint(hint)

@@ -111,6 +111,7 @@ func TestGoodSignatureRoutesEveryEvent(t *testing.T) {
 			g.Expect(got.Numbers).To(ConsistOf(orEmpty(want.Numbers)))
 			g.Expect(got.Branches).To(ConsistOf(orEmptyS(want.Branches)))
 			g.Expect(got.SHAs).To(ConsistOf(orEmptyS(want.SHAs)))
+			g.Expect(got.Webhook).To(BeTrue(), "a verified delivery says the repository's webhooks flow")
 		})
 	}
 }
