@@ -4,11 +4,19 @@
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bench-scm bench-workspace ## Run every benchmark.
+bench: bench-scm bench-scm-manager bench-workspace ## Run every benchmark.
 
 .PHONY: bench-scm
 bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
 	go test ./internal/scm/ -run '^$$' -bench BenchmarkSCMEconomy -benchtime 1x -timeout 30m
+
+# BENCH_SESSIONS=50 for a quick run.
+BENCH_SESSIONS ?= 1000
+
+.PHONY: bench-scm-manager
+bench-scm-manager: ## The same hour through the manager (envtest, real controllers): BENCH_SESSIONS sessions with open PRs, polling vs webhooks.
+	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go test ./test/bench/scmmanager/ -run '^$$' \
+		-bench BenchmarkSCMEconomyManager -benchtime 1x -timeout 45m -sessions $(BENCH_SESSIONS)
 
 .PHONY: bench-workspace
 bench-workspace: ## Time and disk to a ready checkout on a generated 50k-file repository: clone, blob:none, reference, worktree.

@@ -44,7 +44,8 @@ type Config struct {
 	WebhookBindAddress string
 	// Now is the clock (tests).
 	Now func() time.Time
-	// PollerOptions tune the forge polling (tests compress time with them).
+	// PollerOptions tune the forge polling (tests compress time with them). Their Clock, when
+	// set, is the forge adapters' and pollers' clock (the Hub's).
 	PollerOptions scm.PollerOptions
 	// NotifyPolicy bounds notification retries.
 	NotifyPolicy *notify.Policy
@@ -71,7 +72,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	}
 	pollerOpts := cfg.PollerOptions
 	pollerOpts.OnChange = wake
-	hub := scm.NewHub(scm.HubOptions{Metrics: scmMetrics, Poller: pollerOpts, Logger: mgr.GetLogger().WithName("scm")})
+	// The Hub gives every connection its clock (the poller's and the adapter's): a clock in
+	// PollerOptions would otherwise be replaced by the real one.
+	hub := scm.NewHub(scm.HubOptions{Metrics: scmMetrics, Clock: pollerOpts.Clock, Poller: pollerOpts, Logger: mgr.GetLogger().WithName("scm")})
 	if err := mgr.Add(hub); err != nil {
 		return nil, fmt.Errorf("add SCM hub: %w", err)
 	}
