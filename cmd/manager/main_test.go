@@ -4,6 +4,9 @@ import (
 	"flag"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -39,5 +42,23 @@ func TestDefaultsAreValid(t *testing.T) {
 	o.bind(flag.NewFlagSet("manager", flag.ContinueOnError))
 	if o.kubeAPIQPS != 100 || o.kubeAPIBurst != 200 || o.maxConcurrent != 4 {
 		t.Errorf("defaults changed: qps %v burst %d reconciles %d (update docs/operations.md and docs/performance.md)", o.kubeAPIQPS, o.kubeAPIBurst, o.maxConcurrent)
+	}
+}
+
+func TestCacheStripsManagedFields(t *testing.T) {
+	opts := cacheOptions(nil)
+	if opts.DefaultTransform == nil {
+		t.Fatal("no default transform: cached objects keep their managedFields")
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err := opts.DefaultTransform(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.(*corev1.Pod).ManagedFields; len(got) != 0 {
+		t.Errorf("managedFields kept in the cache: %v", got)
+	}
+	if len(opts.ByObject) != 4 {
+		t.Errorf("label-selected caches: %d kinds, want pods, claims, service accounts, network policies", len(opts.ByObject))
 	}
 }
