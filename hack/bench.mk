@@ -4,7 +4,7 @@
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bench-scm bench-scm-manager bench-workspace ## Run every benchmark.
+bench: bench-scm bench-scm-manager bench-workspace bench-session-start ## Run every benchmark.
 
 .PHONY: bench-scm
 bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
@@ -21,3 +21,7 @@ bench-scm-manager: ## The same hour through the manager (envtest, real controlle
 .PHONY: bench-workspace
 bench-workspace: ## Time and disk to a ready checkout on a generated 50k-file repository: clone, blob:none, reference, worktree.
 	hack/bench-workspace.sh
+
+.PHONY: bench-session-start
+bench-session-start: ## Session start on the local cluster's node, 50k-file repository: cold and warm p50/p99 against bare pods (brings the cluster up, leaves it up).
+	go run ./hack/bench/sessionstart $(BENCH_SESSION_START_FLAGS)

@@ -99,3 +99,34 @@ func TestContractRefusals(t *testing.T) {
 		g.Expect(string(out)).To(ContainSubstring(tc.msg), tc.as)
 	}
 }
+
+// TestInlineScenario plays a scenario given in FAKEAGENT_SCENARIO_JSON (how a pod gets one, from
+// its Project's agent.env), with the state in the temporary directory; a file and inline JSON
+// together are refused.
+func TestInlineScenario(t *testing.T) {
+	g := NewWithT(t)
+	bin := filepath.Join(t.TempDir(), "fakeagent")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	tmp := t.TempDir()
+	args := []string{"-p", "--output-format", "stream-json", "--verbose", "start"}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "FAKEAGENT_AS=claude", "TMPDIR="+tmp,
+		`FAKEAGENT_SCENARIO_JSON={"turns":[{"steps":[{"say":"Running."}],"result":"Started."}]}`)
+	out, err = cmd.Output()
+	g.Expect(err).NotTo(HaveOccurred())
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	g.Expect(lines[0]).To(ContainSubstring(`"subtype":"init"`), "the first line is the CLI's init event")
+	g.Expect(string(out)).To(ContainSubstring("Running."))
+	g.Expect(string(out)).To(ContainSubstring("Started."))
+	g.Expect(filepath.Join(tmp, "fakeagent-state", "calls.jsonl")).To(BeAnExistingFile())
+
+	sc := filepath.Join(t.TempDir(), "scenario.json")
+	g.Expect(os.WriteFile(sc, []byte(`{"turns":[]}`), 0o644)).To(Succeed())
+	cmd = exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "FAKEAGENT_AS=claude", "FAKEAGENT_SCENARIO="+sc, `FAKEAGENT_SCENARIO_JSON={"turns":[]}`)
+	out, err = cmd.CombinedOutput()
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(string(out)).To(ContainSubstring("not both"))
+}

@@ -3,7 +3,8 @@
 // run as (argv[0] basename claude, codex, aider or opencode; FAKEAGENT_AS overrides), prints that
 // CLI's real output format, and makes real edits and commits in its working directory with git.
 //
-// What it does is written in a scenario file named by FAKEAGENT_SCENARIO (JSON, see Scenario).
+// What it does is written in a scenario file named by FAKEAGENT_SCENARIO (JSON, see Scenario),
+// or given whole in FAKEAGENT_SCENARIO_JSON.
 // Turn N of a conversation plays the scenario's turn N; a resumed conversation (--resume,
 // `exec resume`, --session, or aider's --restore-chat-history) continues where it stopped, so a
 // runner that forgot to resume visibly replays turn 0. Every invocation is appended to
@@ -128,21 +129,36 @@ type env struct {
 	out      *bufio.Writer
 }
 
+// load reads the scenario: the file FAKEAGENT_SCENARIO names, or the JSON in
+// FAKEAGENT_SCENARIO_JSON (for pods, whose environment is all a Project can give the agent). The
+// state folder is FAKEAGENT_STATE, else "state" beside the file, else fakeagent-state in the
+// temporary directory.
 func load() (*env, error) {
-	path := os.Getenv("FAKEAGENT_SCENARIO")
-	if path == "" {
-		return nil, usageError{"FAKEAGENT_SCENARIO is not set"}
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read scenario: %w", err)
+	path, inline := os.Getenv("FAKEAGENT_SCENARIO"), os.Getenv("FAKEAGENT_SCENARIO_JSON")
+	var raw []byte
+	var err error
+	switch {
+	case path != "" && inline != "":
+		return nil, usageError{"set FAKEAGENT_SCENARIO or FAKEAGENT_SCENARIO_JSON, not both"}
+	case path != "":
+		if raw, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("read scenario: %w", err)
+		}
+	case inline != "":
+		raw, path = []byte(inline), "FAKEAGENT_SCENARIO_JSON"
+	default:
+		return nil, usageError{"FAKEAGENT_SCENARIO (or FAKEAGENT_SCENARIO_JSON) is not set"}
 	}
 	e := &env{out: bufio.NewWriter(os.Stdout)}
 	if err := json.Unmarshal(raw, &e.scenario); err != nil {
 		return nil, fmt.Errorf("parse scenario %s: %w", path, err)
 	}
 	e.state = os.Getenv("FAKEAGENT_STATE")
-	if e.state == "" {
+	switch {
+	case e.state != "":
+	case inline != "":
+		e.state = filepath.Join(os.TempDir(), "fakeagent-state")
+	default:
 		e.state = filepath.Join(filepath.Dir(path), "state")
 	}
 	if err := os.MkdirAll(e.state, 0o755); err != nil {

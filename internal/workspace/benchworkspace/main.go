@@ -13,16 +13,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"io/fs"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -31,6 +27,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
+	"github.com/shepherd-dev/shepherd/test/benchrepo"
 	"github.com/shepherd-dev/shepherd/test/gitserver"
 )
 
@@ -40,7 +37,7 @@ func main() {
 	assetKB := flag.Int("asset-kb", 52, "size of the binary asset rewritten by every commit (drives history size)")
 	runs := flag.Int("runs", 3, "runs of each method; the median is reported")
 	linkMbps := flag.Float64("link-mbps", 0, "throttle the server's answers to this many Mbit/s, as a link to a forge would; 0 serves at loopback speed")
-	cache := flag.String("cache", filepath.Join(userCache(), "shepherd", "bench"), "where the generated repository is kept")
+	cache := flag.String("cache", benchrepo.DefaultCache(), "where the generated repository is kept")
 	flag.Parse()
 	if err := run(*files, *commits, *assetKB, *runs, *linkMbps, *cache); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-workspace:", err)
@@ -48,27 +45,15 @@ func main() {
 	}
 }
 
-func userCache() string {
-	if d, err := os.UserCacheDir(); err == nil {
-		return d
-	}
-	return os.TempDir()
-}
-
 func run(files, commits, assetKB, runs int, linkMbps float64, cache string) error {
 	ctx := context.Background()
-	name := fmt.Sprintf("repo-f%d-c%d-a%d", files, commits, assetKB)
-	root := filepath.Join(cache, name)
-	bare := filepath.Join(root, "bench", "repo.git")
-	if _, err := os.Stat(filepath.Join(bare, ".generated")); err != nil {
-		fmt.Printf("generating %s (%d files, %d commits) under %s ...\n", name, files, commits, root)
-		start := time.Now()
-		if err := generate(bare, files, commits, assetKB); err != nil {
-			return fmt.Errorf("generate: %w", err)
-		}
-		fmt.Printf("generated in %s\n", time.Since(start).Round(time.Second))
+	spec := benchrepo.Spec{Files: files, Commits: commits, AssetKB: assetKB}
+	root := benchrepo.Root(cache, spec)
+	bare, err := benchrepo.Ensure(cache, spec, os.Stdout)
+	if err != nil {
+		return err
 	}
-	packKB := duKB(filepath.Join(bare, "objects"), false)
+	packKB := benchrepo.DiskKB(filepath.Join(bare, "objects"), false)
 	fmt.Printf("repository: %d files at HEAD, %d commits, %.0f MB packed history\n", files, commits, float64(packKB)/1024)
 
 	srv, err := gitserver.New(root)
@@ -156,8 +141,8 @@ func run(files, commits, assetKB, runs int, linkMbps float64, cache string) erro
 			times = append(times, time.Since(start))
 			if i == 0 {
 				for _, p := range append([]string{path}, extra...) {
-					res.blocksKB += duKB(p, true)
-					res.apprKB += duKB(p, false)
+					res.blocksKB += benchrepo.DiskKB(p, true)
+					res.apprKB += benchrepo.DiskKB(p, false)
 				}
 			}
 		}
@@ -243,149 +228,4 @@ func (s *slowWriter) Flush() {
 func dropCaches() {
 	syscall.Sync()
 	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0o200)
-}
-
-// duKB sums the disk used under path: allocated blocks, or apparent sizes.
-func duKB(path string, blocks bool) int64 {
-	var total int64
-	seen := map[uint64]bool{}
-	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		st, ok := info.Sys().(*syscall.Stat_t)
-		if ok && st.Nlink > 1 {
-			if seen[st.Ino] {
-				return nil
-			}
-			seen[st.Ino] = true
-		}
-		if blocks && ok {
-			total += st.Blocks * 512
-		} else {
-			total += info.Size()
-		}
-		return nil
-	})
-	return total / 1024
-}
-
-// generate writes the repository with git fast-import: an initial commit of `files` text files,
-// then commits that each edit a few text files (small deltas, like source code evolving) and
-// rewrite one of 20 binary assets (incompressible, so history grows while the tree stays small).
-func generate(bare string, files, commits, assetKB int) error {
-	_ = os.RemoveAll(bare)
-	if err := os.MkdirAll(filepath.Dir(bare), 0o755); err != nil {
-		return fmt.Errorf("mkdir: %w", err)
-	}
-	gitRun := func(dir string, args ...string) error {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		return cmd.Run()
-	}
-	if err := gitRun("", "init", "--quiet", "--bare", "--initial-branch=main", bare); err != nil {
-		return fmt.Errorf("git init: %w", err)
-	}
-	cmd := exec.Command("git", "fast-import", "--quiet", "--done")
-	cmd.Dir = bare
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return fmt.Errorf("stdin: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start fast-import: %w", err)
-	}
-	w := bufio.NewWriterSize(stdin, 1<<20)
-	rng := rand.New(rand.NewPCG(42, 2026))
-	words := strings.Fields("func return if else for range var const type struct interface map chan go defer select case switch " +
-		"error nil true false string int byte len append make new ctx err result value index count name path widget handler config")
-	line := func() string {
-		n := 4 + rng.IntN(8)
-		parts := make([]string, n)
-		for i := range parts {
-			parts[i] = words[rng.IntN(len(words))]
-		}
-		return strings.Join(parts, " ") + "\n"
-	}
-	pathOf := func(i int) string { return fmt.Sprintf("pkg%03d/mod%02d/file%05d.go", i%500, (i/500)%20, i) }
-	contents := make([][]string, files)
-	mark := 0
-	blob := func(data []byte) int {
-		mark++
-		fmt.Fprintf(w, "blob\nmark :%d\ndata %d\n", mark, len(data))
-		_, _ = w.Write(data)
-		_ = w.WriteByte('\n')
-		return mark
-	}
-	join := func(ls []string) []byte { return []byte(strings.Join(ls, "")) }
-	ts := int64(1700000000)
-	var changes []string
-	for i := range files {
-		n := 10 + rng.IntN(30)
-		ls := make([]string, n)
-		for j := range ls {
-			ls[j] = line()
-		}
-		contents[i] = ls
-		m := blob(join(ls))
-		changes = append(changes, fmt.Sprintf("M 100644 :%d %s\n", m, pathOf(i)))
-	}
-	// The initial commit's "from" is absent; its mark is written after its blobs.
-	mark++
-	fmt.Fprintf(w, "commit refs/heads/main\nmark :%d\ncommitter Bench <bench@shepherd.dev> %d +0000\ndata 15\nInitial import\n\n", mark, ts)
-	for _, c := range changes {
-		_, _ = w.WriteString(c)
-	}
-	prev := mark
-	asset := make([]byte, assetKB*1024)
-	for c := 1; c < commits; c++ {
-		changes = changes[:0]
-		for range 20 {
-			i := rng.IntN(files)
-			ls := contents[i]
-			if rng.IntN(2) == 0 && len(ls) > 5 {
-				ls[rng.IntN(len(ls))] = line()
-			} else {
-				ls = append(ls, line())
-			}
-			contents[i] = ls
-			changes = append(changes, fmt.Sprintf("M 100644 :%d %s\n", blob(join(ls)), pathOf(i)))
-		}
-		for k := range asset {
-			asset[k] = byte(rng.Uint32())
-		}
-		changes = append(changes, fmt.Sprintf("M 100644 :%d assets/blob-%02d.bin\n", blob(asset), c%20))
-		mark++
-		msg := fmt.Sprintf("Change %d", c)
-		fmt.Fprintf(w, "commit refs/heads/main\nmark :%d\ncommitter Bench <bench@shepherd.dev> %d +0000\ndata %d\n%s\nfrom :%d\n", mark, ts, len(msg), msg, prev)
-		for _, ch := range changes {
-			_, _ = w.WriteString(ch)
-		}
-		prev = mark
-		ts += 60
-	}
-	_, _ = w.WriteString("done\n")
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("write fast-import stream: %w", err)
-	}
-	_ = stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("fast-import: %w", err)
-	}
-	// One pack with deltas, as a forge serves it; allow partial clones for blob:none.
-	if err := gitRun(bare, "repack", "-a", "-d", "-q", "--window=10", "--depth=50"); err != nil {
-		return fmt.Errorf("repack: %w", err)
-	}
-	for _, kv := range [][2]string{{"uploadpack.allowFilter", "true"}, {"uploadpack.allowAnySHA1InWant", "true"}} {
-		if err := gitRun(bare, "config", kv[0], kv[1]); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-	}
-	return os.WriteFile(filepath.Join(bare, ".generated"), nil, 0o644)
 }
