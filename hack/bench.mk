@@ -4,7 +4,7 @@
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bench-scm bench-scm-manager bench-workspace bench-session-start ## Run every benchmark.
+bench: bench-scm bench-scm-manager bench-workspace bench-session-start bench-fanout ## Run every benchmark.
 
 .PHONY: bench-scm
 bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
@@ -25,3 +25,10 @@ bench-workspace: ## Time and disk to a ready checkout on a generated 50k-file re
 .PHONY: bench-session-start
 bench-session-start: ## Session start on the local cluster's node, 50k-file repository: cold and warm p50/p99 against bare pods (brings the cluster up, leaves it up).
 	go run ./hack/bench/sessionstart $(BENCH_SESSION_START_FLAGS)
+
+# FANOUT_FLAGS: e.g. --sessions=1000 for one size, --qps=100 --burst=200 for the manager's defaults.
+FANOUT_FLAGS ?= --sessions=1000,5000 --qps=1000 --burst=2000
+
+.PHONY: bench-fanout
+bench-fanout: ## N AgentSessions at once on KWOK nodes (runners simulated) against N bare pods, same client settings (brings the cluster up with KWOK nodes, leaves it up).
+	go run ./hack/bench/fanout $(FANOUT_FLAGS)

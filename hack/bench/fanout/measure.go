@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// requestKey is one series of apiserver_request_total, reduced to what a write is.
+type requestKey struct{ verb, resource, subresource string }
+
+// requests are the API server's request counters at one moment.
+type requests map[requestKey]float64
+
+// writeVerbs are the verbs of apiserver_request_total that change something.
+var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+
+// apiRequests reads apiserver_request_total from the API server's /metrics.
+func apiRequests(ctx context.Context, cs kubernetes.Interface) (requests, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's metrics: %w", err)
+	}
+	out := requests{}
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		l := promLabels(labels)
+		out[requestKey{l["verb"], l["resource"], l["subresource"]}] += v
+	}
+	return out, nil
+}
+
+// promLabels parses a="x",b="y" (values without commas or escaped quotes, as here).
+func promLabels(s string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok {
+			out[k] = strings.Trim(v, `"`)
+		}
+	}
+	return out
+}
+
+// writes is after minus before, writes only, by resource[/subresource] and verb.
+func writes(before, after requests) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if !writeVerbs[k.verb] {
+			continue
+		}
+		if d := v - before[k]; d > 0 {
+			name := k.resource
+			if k.subresource != "" {
+				name += "/" + k.subresource
+			}
+			out[name+" "+k.verb] += d
+		}
+	}
+	return out
+}
+
+func total(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+// managerWrites reads the manager's shepherd_api_writes_total, summed.
+func managerWrites(ctx context.Context, metricsURL string) (float64, map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, err
+	}
+	by := map[string]float64{}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, "shepherd_api_writes_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		l := promLabels(labels)
+		name := l["kind"] + " " + l["verb"]
+		if l["subresource"] != "" {
+			name = l["kind"] + "/" + l["subresource"] + " " + l["verb"]
+		}
+		by[name] += v
+		sum += v
+	}
+	return sum, by, nil
+}
+
+// procStats are a process's peak RSS and CPU time, from /proc.
+type procStats struct {
+	peakRSS int64 // bytes
+	cpu     time.Duration
+}
+
+func readProc(pid int) (procStats, error) {
+	var st procStats
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			var kb int64
+			_, _ = fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			st.peakRSS = kb << 10
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, err
+	}
+	// The fields after the command name (which may hold spaces) start after the last ')'.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(fields) > 13 {
+		utime, _ := strconv.ParseInt(fields[11], 10, 64)
+		stime, _ := strconv.ParseInt(fields[12], 10, 64)
+		st.cpu = time.Duration(utime+stime) * time.Second / 100 // USER_HZ is 100 on Linux
+	}
+	return st, nil
+}
+
+// percentile of sorted durations (nearest rank).
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.999999) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return sorted[i]
+}
+
+func sortDurations(d []time.Duration) []time.Duration {
+	out := append([]time.Duration(nil), d...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
