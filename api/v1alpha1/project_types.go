@@ -234,7 +234,11 @@ type WorkspaceSpec struct {
 	Storage *StorageSpec `json:"storage,omitempty"`
 
 	// SharedPaths are paths relative to the checkout root that are served from a per-Project cache
-	// volume instead of each checkout (the cluster form of symlinking node_modules).
+	// volume instead of each checkout (the cluster form of symlinking node_modules). Before the
+	// setup commands run, each becomes a symlink to the directory "shared/<path>" of the Project's
+	// workspace volume, ignored by git; files git tracks there make the prepare fail, anything
+	// else found there is moved to the checkout's git dir. In clone mode the Project's workspace
+	// volume is made for this cache and mounted in every pod of the Project beside its own.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
@@ -242,6 +246,7 @@ type WorkspaceSpec struct {
 	// +kubebuilder:validation:items:MaxLength=256
 	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
 	// +kubebuilder:validation:XValidation:rule=`self.all(p, !p.split('/').exists(s, s == '..' || s == '.' || s == '.git'))`,message="sharedPaths must stay inside the checkout: no '.', '..' or '.git' parts"
+	// +kubebuilder:validation:XValidation:rule=`self.all(p, self.all(q, !p.startsWith(q + '/')))`,message="sharedPaths must not nest: list only the outer path (a path inside a shared path is already in the cache)"
 	SharedPaths []string `json:"sharedPaths,omitempty"`
 
 	// Setup commands run in the checkout after it is created, in order. A failure is reported

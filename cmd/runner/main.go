@@ -1,7 +1,7 @@
 // Command runner is the in-pod half of Shepherd. See docs/runner.md.
 //
 //	runner copy-self  --to /shepherd/bin/runner
-//	runner prepare    --mode Worktree --path ... --mirror ... --remote-url ... --branch ... --base ...
+//	runner prepare    --mode Worktree --path ... --mirror ... --remote-url ... --branch ... --base ... [--shared-paths ... --shared-dir ...]
 //	runner run        --workdir ... --manager-url ...
 //	runner credential get            (git's credential helper; git runs it, not people)
 //	runner mirror     --mirror ... --remote-url ...
@@ -145,6 +145,8 @@ func prepare(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Base, "base", env("SHEPHERD_BASE", "main"), "branch, tag or commit a new branch starts from (env SHEPHERD_BASE)")
 	fs.BoolVar(&o.Adopt, "adopt", envBool("SHEPHERD_ADOPT"), "take over the branch when it already exists on the remote (env SHEPHERD_ADOPT)")
 	setup := fs.String("setup", env("SHEPHERD_SETUP", ""), `setup commands as JSON: [{"name":"deps","command":["npm","ci"],"timeout":"10m"}] (env SHEPHERD_SETUP)`)
+	shared := fs.String("shared-paths", env("SHEPHERD_SHARED_PATHS", ""), "comma-separated paths of the checkout linked to the Project's cache, e.g. node_modules,web/node_modules (env SHEPHERD_SHARED_PATHS)")
+	fs.StringVar(&o.SharedDir, "shared-dir", env("SHEPHERD_SHARED_DIR", ""), "absolute path of the Project's cache the shared paths link to; required with --shared-paths (env SHEPHERD_SHARED_DIR)")
 	resultFile := fs.String("result-file", env("SHEPHERD_RESULT_FILE", ""), "write the result as JSON here, e.g. /dev/termination-log (env SHEPHERD_RESULT_FILE)")
 	gitPath := fs.String("git", env("SHEPHERD_GIT", ""), "git binary; empty looks it up on PATH (env SHEPHERD_GIT)")
 	timeout := fs.Duration("timeout", envDuration("SHEPHERD_PREPARE_TIMEOUT", 60*time.Minute), "give up after this long (env SHEPHERD_PREPARE_TIMEOUT)")
@@ -156,6 +158,9 @@ func prepare(ctx context.Context, args []string) error {
 		return err
 	}
 	o.Setup = cmds
+	if o.SharedPaths, err = runner.ParseSharedPaths(*shared); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	res, err := runner.Prepare(ctx, runner.PrepareConfig{Workspace: o, Channel: *ch, Self: self(), GitPath: *gitPath, ResultFile: *resultFile, Log: os.Stderr})

@@ -40,10 +40,13 @@ const (
 const (
 	workspaceMount = "/shepherd/workspace"
 	mirrorPath     = workspaceMount + "/mirror.git"
-	binMount       = "/shepherd/bin"
-	runnerBinary   = binMount + "/runner"
-	tokenMount     = "/var/run/secrets/shepherd"
-	tokenFile      = tokenMount + "/token"
+	// projectMount is where a clone-mode pod mounts the Project's workspace volume when the
+	// Project has shared paths (its own checkout volume is at workspaceMount).
+	projectMount = "/shepherd/project"
+	binMount     = "/shepherd/bin"
+	runnerBinary = binMount + "/runner"
+	tokenMount   = "/var/run/secrets/shepherd"
+	tokenFile    = tokenMount + "/token"
 )
 
 // checkoutPath is where a Worktree's checkout lives in its volume.

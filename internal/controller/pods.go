@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,6 +43,21 @@ func worktreeVolume(project string, wt *agentsv1alpha1.Worktree, mode agentsv1al
 	return checkoutVolume{ClaimName: workspaceClaimName(project), Mode: mode, Path: checkoutPath(mode, wt.Name)}
 }
 
+// sharedCache says where a checkout's shared paths (spec.workspace.sharedPaths) live: the
+// directory "shared" on the Project's workspace volume, the volume that holds the mirror and
+// every worktree. In worktree mode that volume is already the checkout's, at workspaceMount; in
+// clone mode it is mounted as a second volume at projectMount (claim is then its name). No shared
+// paths: no directory.
+func sharedCache(p *agentsv1alpha1.Project, mode agentsv1alpha1.WorkspaceMode) (dir, claim string) {
+	if len(p.Spec.Workspace.SharedPaths) == 0 {
+		return "", ""
+	}
+	if mode == agentsv1alpha1.WorkspaceClone {
+		return projectMount + "/shared", workspaceClaimName(p.Name)
+	}
+	return workspaceMount + "/shared", ""
+}
+
 // prepareArgs are the runner's prepare flags for a Worktree.
 func prepareArgs(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol checkoutVolume) ([]string, error) {
 	base := string(wt.Spec.Base)
@@ -71,6 +87,9 @@ func prepareArgs(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol che
 		}
 		args = append(args, "--setup="+string(raw))
 	}
+	if dir, _ := sharedCache(p, vol.Mode); dir != "" {
+		args = append(args, "--shared-paths="+strings.Join(p.Spec.Workspace.SharedPaths, ","), "--shared-dir="+dir)
+	}
 	return args, nil
 }
 
@@ -85,7 +104,8 @@ func restrictedContainer() *corev1.SecurityContext {
 }
 
 // basePod is what agent and worktree pods share: the runner copied into an emptyDir, the
-// checkout volume, a writable home, and the projected runner token.
+// checkout volume, a writable home, the projected runner token, and in clone mode with shared
+// paths the Project's workspace volume that holds their cache.
 func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agentsv1alpha1.Project, vol checkoutVolume) *corev1.Pod {
 	pull := corev1.PullIfNotPresent
 	if d.Options.ImagePullPolicy != "" {
@@ -132,6 +152,10 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 			},
 		},
 	}
+	if _, claim := sharedCache(p, vol.Mode); claim != "" {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: projectVolume,
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+	}
 	if sc := p.Spec.Scheduling; sc != nil {
 		if len(sc.NodeSelector) > 0 {
 			pod.Spec.NodeSelector = make(map[string]string, len(sc.NodeSelector))
@@ -143,14 +167,23 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 	return pod
 }
 
+// projectVolume names the Project's workspace volume in a clone-mode pod that mounts it.
+const projectVolume = "project-workspace"
+
 // runnerMounts are the mounts of a container that runs the copied runner.
-func runnerMounts() []corev1.VolumeMount {
-	return []corev1.VolumeMount{
+func runnerMounts(pod *corev1.Pod) []corev1.VolumeMount {
+	mounts := []corev1.VolumeMount{
 		{Name: "shepherd-bin", MountPath: binMount, ReadOnly: true},
 		{Name: "tmp", MountPath: "/tmp"},
 		{Name: "workspace", MountPath: workspaceMount},
 		{Name: "runner-token", MountPath: tokenMount, ReadOnly: true},
 	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == projectVolume {
+			mounts = append(mounts, corev1.VolumeMount{Name: projectVolume, MountPath: projectMount})
+		}
+	}
+	return mounts
 }
 
 // runnerEnv is the environment of a container that runs the copied runner.
@@ -298,7 +331,7 @@ func (d *Deps) worktreePod(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktre
 		Command:                  []string{runnerBinary},
 		Args:                     args,
 		Env:                      d.runnerEnv(homePath("worktree-" + wt.Name)),
-		VolumeMounts:             runnerMounts(),
+		VolumeMounts:             runnerMounts(pod),
 		SecurityContext:          restrictedContainer(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Resources:                agentResources(p.Spec.Agent.Resources),
@@ -337,7 +370,7 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 		Command:                  []string{runnerBinary},
 		Args:                     args,
 		Env:                      d.runnerEnv(homePath(sess.Name)),
-		VolumeMounts:             runnerMounts(),
+		VolumeMounts:             runnerMounts(pod),
 		SecurityContext:          restrictedContainer(),
 		Resources:                agentResources(agent.Resources),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -350,7 +383,7 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 		Args:                     []string{"run", "--workdir=" + vol.Path},
 		WorkingDir:               vol.Path,
 		Env:                      append(append(d.runnerEnv(homePath(sess.Name)), gitIdentity(sess.Name)...), agentEnv(agent)...),
-		VolumeMounts:             runnerMounts(),
+		VolumeMounts:             runnerMounts(pod),
 		SecurityContext:          restrictedContainer(),
 		Resources:                agentResources(agent.Resources),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

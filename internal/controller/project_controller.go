@@ -219,10 +219,13 @@ func (r *ProjectReconciler) reconcileServiceAccount(ctx context.Context, s *proj
 }
 
 // reconcileWorkspaceVolume keeps the volume that holds the mirror and the worktrees in worktree
-// mode. In clone mode every Worktree has its own volume, and the Project needs none.
+// mode, and the cache of the shared paths (spec.workspace.sharedPaths) in either mode. In clone
+// mode every Worktree has its own volume, and the Project needs one only for that cache. A
+// volume made for the cache stays when the shared paths go (it holds the cache, and pods may
+// still mount it).
 func (r *ProjectReconciler) reconcileWorkspaceVolume(ctx context.Context, s *projectScope) error {
 	p := s.project
-	if p.Spec.Workspace.Mode == agentsv1alpha1.WorkspaceClone {
+	if p.Spec.Workspace.Mode == agentsv1alpha1.WorkspaceClone && len(p.Spec.Workspace.SharedPaths) == 0 {
 		return nil
 	}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: workspaceClaimName(p.Name), Namespace: p.Namespace}}

@@ -494,6 +494,20 @@ func TestPrepareArgs(t *testing.T) {
 			"--branch=feature/x", "--base=release-1", "--adopt=false", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
 			`--setup=[{"name":"deps","command":["go","mod","download"]}]`,
 		}},
+		{"worktree mode: shared paths link to the cache on the Project's volume", func(p *agentsv1alpha1.Project) {
+			p.Spec.Workspace.SharedPaths = []string{"node_modules", "web/node_modules"}
+		}, nil, agentsv1alpha1.WorkspaceWorktree, []string{
+			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=https://github.com/acme/widgets.git",
+			"--branch=feature/x", "--base=main", "--adopt=false", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
+			"--shared-paths=node_modules,web/node_modules", "--shared-dir=/shepherd/workspace/shared",
+		}},
+		{"clone mode: shared paths link to the cache on the Project's volume, mounted apart", func(p *agentsv1alpha1.Project) {
+			p.Spec.Workspace.SharedPaths = []string{".venv"}
+		}, nil, agentsv1alpha1.WorkspaceClone, []string{
+			"prepare", "--mode=Clone", "--path=/shepherd/workspace/checkout", "--remote-url=https://github.com/acme/widgets.git",
+			"--branch=feature/x", "--base=main", "--adopt=false", "--result-file=/dev/termination-log",
+			"--shared-paths=.venv", "--shared-dir=/shepherd/project/shared",
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -614,6 +628,74 @@ func TestAgentPod(t *testing.T) {
 	g.Expect(again).To(Equal(pod), "the builder is deterministic")
 	g.Expect(pod.Spec.NodeSelector).To(BeEmpty())
 	g.Expect(pod.Spec.Tolerations).To(BeEmpty())
+}
+
+func TestPodsMountTheSharedPathsCache(t *testing.T) {
+	p := MakeProject("widgets", "ns").URL("https://github.com/acme/widgets.git").Obj()
+	p.Spec.Workspace.SharedPaths = []string{"node_modules"}
+	s := MakeSession("fix", "ns", "widgets").Prompt("p").Obj()
+	wt := MakeWorktree("fix", "ns", "widgets", "shepherd/fix").Obj()
+	d := testDeps()
+	projectVolume := And(HaveField("Name", "project-workspace"), HaveField("PersistentVolumeClaim.ClaimName", "widgets-workspace"))
+	projectMount := corev1.VolumeMount{Name: "project-workspace", MountPath: "/shepherd/project"}
+
+	// pods returns the agent pod and the worktree pod of a mode, and the containers that run the
+	// runner in them (prepare, agent; prepare).
+	pods := func(g Gomega, mode agentsv1alpha1.WorkspaceMode) ([]*corev1.Pod, []corev1.Container) {
+		vol := worktreeVolume("widgets", wt, mode)
+		agentPod, err := d.agentPod(s, p, wt, vol, mergeAgent(p.Spec.Agent, s.Spec.Agent))
+		g.Expect(err).NotTo(HaveOccurred())
+		checkoutPod, err := d.worktreePod(p, wt, vol, operationPrepare)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, pod := range []*corev1.Pod{agentPod, checkoutPod} {
+			expectRestricted(g, pod)
+		}
+		return []*corev1.Pod{agentPod, checkoutPod}, []corev1.Container{agentPod.Spec.InitContainers[1], agentPod.Spec.Containers[0], checkoutPod.Spec.Containers[0]}
+	}
+
+	t.Run("worktree mode: a directory of the volume every pod already mounts", func(t *testing.T) {
+		g := NewWithT(t)
+		ps, runners := pods(g, agentsv1alpha1.WorkspaceWorktree)
+		for _, pod := range ps {
+			g.Expect(pod.Spec.Volumes).NotTo(ContainElement(projectVolume), "no second volume")
+		}
+		for _, c := range runners {
+			g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace"}), c.Name)
+			g.Expect(c.VolumeMounts).NotTo(ContainElement(projectMount), c.Name)
+		}
+		for _, c := range []corev1.Container{runners[0], runners[2]} {
+			g.Expect(c.Args).To(ContainElements("--shared-paths=node_modules", "--shared-dir=/shepherd/workspace/shared"), c.Name)
+		}
+	})
+
+	t.Run("clone mode: the Project's workspace volume, mounted beside the checkout's", func(t *testing.T) {
+		g := NewWithT(t)
+		ps, runners := pods(g, agentsv1alpha1.WorkspaceClone)
+		for _, pod := range ps {
+			g.Expect(pod.Spec.Volumes).To(ContainElements(projectVolume,
+				And(HaveField("Name", "workspace"), HaveField("PersistentVolumeClaim.ClaimName", "fix-checkout"))), pod.Name)
+		}
+		// The links are absolute: prepare makes them, and the agent follows them, at one path.
+		for _, c := range runners {
+			g.Expect(c.VolumeMounts).To(ContainElements(projectMount, corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace"}), c.Name)
+		}
+		g.Expect(ps[0].Spec.InitContainers[0].VolumeMounts).NotTo(ContainElement(projectMount), "copy-runner needs no checkout")
+		for _, c := range []corev1.Container{runners[0], runners[2]} {
+			g.Expect(c.Args).To(ContainElements("--shared-paths=node_modules", "--shared-dir=/shepherd/project/shared"), c.Name)
+		}
+	})
+
+	t.Run("no shared paths: no flag, no second volume", func(t *testing.T) {
+		g := NewWithT(t)
+		p := p.DeepCopy()
+		p.Spec.Workspace.SharedPaths = nil
+		for _, mode := range []agentsv1alpha1.WorkspaceMode{agentsv1alpha1.WorkspaceWorktree, agentsv1alpha1.WorkspaceClone} {
+			pod, err := d.agentPod(s, p, wt, worktreeVolume("widgets", wt, mode), mergeAgent(p.Spec.Agent, s.Spec.Agent))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pod.Spec.Volumes).NotTo(ContainElement(projectVolume))
+			g.Expect(pod.Spec.InitContainers[1].Args).NotTo(ContainElement(HavePrefix("--shared")))
+		}
+	})
 }
 
 func TestPodsFollowTheProjectsScheduling(t *testing.T) {

@@ -202,7 +202,8 @@ func (s *worktreeScope) sessionWillPrepare() bool {
 }
 
 // reconcileVolume ensures the claim that holds the checkout: the Worktree's own in clone mode;
-// the Project's workspace volume (made by the Project controller) in worktree mode.
+// the Project's workspace volume (made by the Project controller) in worktree mode, and in clone
+// mode too when the Project shares paths, since the pods mount it for their cache.
 func (r *WorktreeReconciler) reconcileVolume(ctx context.Context, s *worktreeScope) error {
 	if s.mode == agentsv1alpha1.WorkspaceWorktree {
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -215,6 +216,16 @@ func (r *WorktreeReconciler) reconcileVolume(ctx context.Context, s *worktreeSco
 		}
 		s.volumeFound = true
 		return nil
+	}
+	if _, claim := sharedCache(s.project, s.mode); claim != "" {
+		// The pods mount the Project's workspace volume for the shared paths' cache.
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.wt.Namespace, Name: claim}, &corev1.PersistentVolumeClaim{})
+		if apierrors.IsNotFound(err) {
+			return Waiting(minRequeue, agentsv1alpha1.ReasonCheckoutPending, "waiting for the Project's workspace volume %s, which holds the cache of spec.workspace.sharedPaths", claim)
+		}
+		if err != nil {
+			return fmt.Errorf("get workspace volume: %w", err)
+		}
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.wt.Namespace, Name: s.vol.ClaimName}, pvc)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -44,6 +45,21 @@ func ParseSetup(raw string) ([]agentsv1alpha1.SetupCommand, error) {
 		}
 	}
 	return cmds, nil
+}
+
+// ParseSharedPaths reads the shared paths from their comma-separated flag (the API's pattern
+// admits no comma in a path).
+func ParseSharedPaths(raw string) ([]string, error) {
+	var paths []string
+	for _, p := range strings.Split(raw, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			paths = append(paths, p)
+		}
+	}
+	if err := workspace.ValidateSharedPaths(paths); err != nil {
+		return nil, err
+	}
+	return paths, nil
 }
 
 // Prepare makes the checkout and reports it. A failed setup is reported and returns no error.

@@ -464,3 +464,57 @@ func TestCredentialHelperProtocol(t *testing.T) {
 	g.Expect(runner.Credential(context.Background(), "store", strings.NewReader("protocol=https\nhost=x\nusername=u\npassword=p\n\n"), &out, h.channel())).To(Succeed())
 	g.Expect(out.String()).To(BeEmpty(), "store and erase keep nothing")
 }
+
+// TestSharedPathsThroughThePrepareBinary: the runner binary's prepare links the shared paths from
+// its flags (and their environment twins), the setup commands fill the cache, and an agent that
+// commits everything pushes no link.
+func TestSharedPathsThroughThePrepareBinary(t *testing.T) {
+	for _, mode := range []agentsv1alpha1.WorkspaceMode{agentsv1alpha1.WorkspaceWorktree, agentsv1alpha1.WorkspaceClone} {
+		t.Run(string(mode), func(t *testing.T) {
+			g := NewWithT(t)
+			h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: mode, branch: "shepherd/shared", prompt: "x", sc: scenario{Turns: []turn{
+				{Steps: []map[string]any{write("feature.txt", "feature\n"), commit("Add feature")}, Result: "Added feature.txt."},
+			}}})
+			shared := filepath.Join(t.TempDir(), "shared")
+			prepare := func(env []string, flags ...string) {
+				t.Helper()
+				args := []string{"prepare", "--mode=" + string(mode), "--path=" + h.checkout, "--remote-url=" + h.srv.URL(repo),
+					"--branch=shepherd/shared", "--manager-url=" + h.env.URL(), "--token-file=" + h.env.TokenFile,
+					`--setup=[{"name":"install","command":["sh","-c","echo dep > node_modules/dep"]}]`}
+				if mode == agentsv1alpha1.WorkspaceWorktree {
+					args = append(args, "--mirror="+filepath.Join(filepath.Dir(filepath.Dir(h.checkout)), "mirror.git"))
+				}
+				cmd := exec.Command(runnerBin, append(args, flags...)...)
+				cmd.Env = append(os.Environ(), env...)
+				out, err := cmd.CombinedOutput()
+				g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+				g.Expect(string(out)).To(ContainSubstring("setup Succeeded"))
+			}
+			prepare(nil, "--shared-paths=node_modules", "--shared-dir="+shared)
+			g.Expect(os.Readlink(filepath.Join(h.checkout, "node_modules"))).To(Equal(filepath.Join(shared, "node_modules")))
+			g.Expect(filepath.Join(shared, "node_modules", "dep")).To(BeARegularFile())
+
+			// The environment twins, as a pod spec may set them.
+			prepare([]string{"SHEPHERD_SHARED_PATHS=node_modules,dist", "SHEPHERD_SHARED_DIR=" + shared})
+			g.Expect(os.Readlink(filepath.Join(h.checkout, "dist"))).To(Equal(filepath.Join(shared, "dist")))
+
+			h.start()
+			be, s := h.env.Backend, h.session
+			g.Eventually(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(30 * time.Second).Should(HaveLen(1))
+			pushed, err := exec.Command("git", "-C", h.srv.Path(repo), "ls-tree", "-r", "--name-only", "refs/heads/shepherd/shared").Output()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(strings.Fields(string(pushed))).To(ConsistOf("README.md", "feature.txt"), "the agent staged everything; no link was pushed")
+			g.Expect(h.gitOut("status", "--porcelain")).To(BeEmpty())
+			h.cancel()
+			g.Expect(h.wait()).To(Equal(result{code: 0}))
+		})
+	}
+}
+
+func TestParseSharedPaths(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(runner.ParseSharedPaths("")).To(BeEmpty())
+	g.Expect(runner.ParseSharedPaths("node_modules, web/node_modules,")).To(Equal([]string{"node_modules", "web/node_modules"}))
+	_, err := runner.ParseSharedPaths("node_modules,../escape")
+	g.Expect(err).To(MatchError(ContainSubstring("must stay inside the checkout")))
+}

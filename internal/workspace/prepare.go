@@ -34,8 +34,16 @@ type Options struct {
 	Adopt bool
 	// Setup commands run in the checkout after it is made.
 	Setup []agentsv1alpha1.SetupCommand
-	// SetupOutput receives the setup commands' output as it is printed; nil discards it.
+	// SetupOutput receives the setup commands' output as it is printed, and notes on the shared
+	// paths (what was linked, moved aside or unlinked); nil discards it.
 	SetupOutput io.Writer
+	// SharedPaths are paths of the checkout served from SharedDir, the Project's cache: each is
+	// made a symlink to SharedDir/<path> before the setup commands run, and excluded from git.
+	// Paths that were shared before and are not any more are unlinked. See shared.go.
+	SharedPaths []string
+	// SharedDir is the absolute path of the Project's cache directory, on a volume every pod of
+	// the Project mounts at the same path (the links are absolute). Required with SharedPaths.
+	SharedDir string
 }
 
 // Result is what Prepare did and found.
@@ -91,6 +99,9 @@ func (o *Options) Validate() error {
 	if err := gitref.ValidateBranch(o.Base); err != nil {
 		return fmt.Errorf("base %q: %w", o.Base, err)
 	}
+	if err := o.validateShared(); err != nil {
+		return err
+	}
 	return ValidateRemoteURL(o.RemoteURL)
 }
 
@@ -111,10 +122,10 @@ func ValidateRemoteURL(raw string) error {
 	return nil
 }
 
-// Prepare makes the checkout, or finds it and fetches (a restore), puts it on the branch, and
-// runs the setup commands. It is idempotent: running it again on a ready checkout fetches and
-// reports the facts. A failed setup command is reported in Result.Setup, not as an error: the
-// checkout stays usable.
+// Prepare makes the checkout, or finds it and fetches (a restore), puts it on the branch, links
+// the shared paths to the Project's cache, and runs the setup commands. It is idempotent: running
+// it again on a ready checkout fetches and reports the facts. A failed setup command is reported
+// in Result.Setup, not as an error: the checkout stays usable.
 func Prepare(ctx context.Context, g *Git, o Options) (*Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -140,7 +151,14 @@ func Prepare(ctx context.Context, g *Git, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Setup, err = RunSetup(ctx, o.Path, StateDir(gitDir), o.Setup, o.SetupOutput)
+	setupOut := o.SetupOutput
+	if setupOut == nil {
+		setupOut = io.Discard
+	}
+	if err := shareCheckout(ctx, g, o, gitDir, setupOut); err != nil {
+		return nil, err
+	}
+	res.Setup, err = runSetup(ctx, o.Path, StateDir(gitDir), o.Setup, o.sharedSetup(), setupOut)
 	if err != nil {
 		return nil, err
 	}

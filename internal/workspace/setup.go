@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,6 +43,29 @@ type setupRecord struct {
 // failure. The outcome is recorded in stateDir so that a restore does not run commands that
 // already succeeded. It returns an error only when it could not record the outcome.
 func RunSetup(ctx context.Context, dir, stateDir string, cmds []agentsv1alpha1.SetupCommand, out io.Writer) (SetupResult, error) {
+	return runSetup(ctx, dir, stateDir, cmds, sharedSetup{}, out)
+}
+
+// sharedSetup is what the setup commands of a checkout with shared paths depend on.
+type sharedSetup struct {
+	// Paths and Dir: the commands' success is recorded for these shared paths. Sharing a path,
+	// or no longer sharing it, leaves the checkout without what the commands made there, so they
+	// run again.
+	Paths []string
+	Dir   string
+}
+
+// sharedSetup is the shared paths' part of the setup.
+func (o *Options) sharedSetup() sharedSetup {
+	if len(o.SharedPaths) == 0 {
+		return sharedSetup{}
+	}
+	paths := slices.Clone(o.SharedPaths)
+	slices.Sort(paths)
+	return sharedSetup{Paths: paths, Dir: o.SharedDir}
+}
+
+func runSetup(ctx context.Context, dir, stateDir string, cmds []agentsv1alpha1.SetupCommand, shared sharedSetup, out io.Writer) (SetupResult, error) {
 	if len(cmds) == 0 {
 		return SetupResult{State: agentsv1alpha1.SetupSucceeded}, nil
 	}
@@ -49,6 +73,14 @@ func RunSetup(ctx context.Context, dir, stateDir string, cmds []agentsv1alpha1.S
 		out = io.Discard
 	}
 	raw, _ := json.Marshal(cmds)
+	if len(shared.Paths) > 0 {
+		// Without shared paths the hash stays that of the commands alone, as records written
+		// before shared paths existed have it.
+		raw, _ = json.Marshal(struct {
+			Commands []agentsv1alpha1.SetupCommand `json:"commands"`
+			Shared   sharedSetup                   `json:"shared"`
+		}{cmds, shared})
+	}
 	sum := sha256.Sum256(raw)
 	hash := hex.EncodeToString(sum[:])
 	recordPath := filepath.Join(stateDir, "setup.json")
@@ -56,6 +88,16 @@ func RunSetup(ctx context.Context, dir, stateDir string, cmds []agentsv1alpha1.S
 	if b, err := os.ReadFile(recordPath); err == nil && json.Unmarshal(b, &prev) == nil &&
 		prev.Hash == hash && prev.Result.State == agentsv1alpha1.SetupSucceeded {
 		return SetupResult{State: agentsv1alpha1.SetupSucceeded, Skipped: true}, nil
+	}
+	if len(shared.Paths) > 0 {
+		// The commands fill the Project's cache, which every checkout of the Project uses: two
+		// sessions preparing at once must not install into it together.
+		fmt.Fprintf(out, "setup: taking the shared cache's lock %s.lock (one setup at a time per Project)\n", shared.Dir)
+		lock, err := AcquireLock(ctx, shared.Dir+".lock")
+		if err != nil {
+			return SetupResult{State: agentsv1alpha1.SetupFailed, Error: err.Error()}, nil
+		}
+		defer func() { _ = lock.Release() }()
 	}
 	res := SetupResult{State: agentsv1alpha1.SetupSucceeded}
 	for _, c := range cmds {

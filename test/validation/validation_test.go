@@ -211,6 +211,14 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.workspace.sharedPaths: Invalid value: sharedPaths must stay inside the checkout: no '.', '..' or '.git' parts`,
 		}),
+		Entry("shared paths that nest", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Workspace.SharedPaths = []string{"web", "node_modules", "web/node_modules"}
+				}).Obj()
+			},
+			want: `spec.workspace.sharedPaths: Invalid value: sharedPaths must not nest: list only the outer path (a path inside a shared path is already in the cache)`,
+		}),
 		Entry("an egress rule that is not a CIDR", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
