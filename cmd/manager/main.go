@@ -133,7 +133,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	// few writes to reach Working. docs/performance.md measures these settings.
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 100, "Queries per second the manager's Kubernetes client may send on average.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 200, "Queries the manager's Kubernetes client may send in a burst above --kube-api-qps.")
-	fs.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", 4, "Reconciles each controller runs at once (different objects only; one object is never reconciled twice at the same time).")
+	fs.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", 16, "Reconciles each controller runs at once (different objects only; one object is never reconciled twice at the same time).")
 }
 
 // validate checks the numeric settings.

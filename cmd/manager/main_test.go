@@ -40,7 +40,7 @@ func TestOptionsValidate(t *testing.T) {
 func TestDefaultsAreValid(t *testing.T) {
 	var o options
 	o.bind(flag.NewFlagSet("manager", flag.ContinueOnError))
-	if o.kubeAPIQPS != 100 || o.kubeAPIBurst != 200 || o.maxConcurrent != 4 {
+	if o.kubeAPIQPS != 100 || o.kubeAPIBurst != 200 || o.maxConcurrent != 16 {
 		t.Errorf("defaults changed: qps %v burst %d reconciles %d (update docs/operations.md and docs/performance.md)", o.kubeAPIQPS, o.kubeAPIBurst, o.maxConcurrent)
 	}
 }

@@ -126,6 +126,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 			Backend:  &RunnerBackend{Deps: deps},
 			Reviewer: runnerapi.NewTokenReviewer(deps.Client),
 			Pods:     mgr.GetClient(),
+			LivePods: mgr.GetAPIReader(),
 			Log:      mgr.GetLogger().WithName("runnerapi"),
 		})
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -209,6 +210,36 @@ var _ = Describe("The runner channel", func() {
 		expectStatus(err, http.StatusUnauthorized, "earlier pod of the same name")
 	})
 
+	It("asks the API server before refusing a pod its cache has not seen yet", func() {
+		pod := ch.pod(ctx, "agent-new", "session-new")
+		token := ch.token(ctx, pod, runnerapi.Audience)
+		// A handler whose cache lags: it has not seen the pod (nor any pod).
+		lagging, err := runnerapi.NewHandler(runnerapi.HandlerOptions{
+			Backend: ch.backend, Reviewer: runnerapi.NewTokenReviewer(k8sClient), Pods: emptyReader{}, LivePods: k8sClient,
+			Clock: ch.clock, CacheTTL: time.Hour, PollInterval: 50 * time.Millisecond,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		srv := httptest.NewServer(lagging)
+		DeferCleanup(srv.Close)
+		cl := ch.client(token)
+		cl.BaseURL = srv.URL
+		task, err := cl.Task(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(task.Prompt).To(Equal("task of session-new"))
+
+		By("without the live reader, the lagging cache refuses it")
+		blind, err := runnerapi.NewHandler(runnerapi.HandlerOptions{
+			Backend: ch.backend, Reviewer: runnerapi.NewTokenReviewer(k8sClient), Pods: emptyReader{},
+			Clock: ch.clock, CacheTTL: time.Hour, PollInterval: 50 * time.Millisecond,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		srv2 := httptest.NewServer(blind)
+		DeferCleanup(srv2.Close)
+		cl.BaseURL = srv2.URL
+		_, err = cl.Task(ctx)
+		expectStatus(err, http.StatusUnauthorized, "no longer exists")
+	})
+
 	It("stops honouring a cached token once it expires", func() {
 		pod := ch.pod(ctx, "agent-a", "session-a")
 		cl := ch.client(ch.token(ctx, pod, runnerapi.Audience))
@@ -308,3 +339,12 @@ var _ = Describe("The runner channel", func() {
 		Expect(resp.Header.Get("Cache-Control")).To(Equal("no-store"))
 	})
 })
+
+// emptyReader is a cache that has seen nothing yet.
+type emptyReader struct{}
+
+func (emptyReader) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	return apierrors.NewNotFound(corev1.Resource("pods"), key.Name)
+}
+
+func (emptyReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }

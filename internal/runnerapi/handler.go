@@ -58,6 +58,10 @@ type HandlerOptions struct {
 	Reviewer TokenReviewer
 	// Pods reads the caller's pod (the manager's cached client is fine).
 	Pods client.Reader
+	// LivePods, when set, reads the pod from the API server when Pods does not have it (or has
+	// an older pod of the same name): a cache behind a busy API server may not have seen a pod
+	// that was created a moment ago, and the runner would be refused for the cache's lag.
+	LivePods client.Reader
 	// Audience the tokens must carry; default Audience.
 	Audience string
 	// CacheTTL bounds how long a token review is reused; default 10 minutes.
@@ -184,7 +188,12 @@ func (h *Handler) authed(next handlerFunc) http.HandlerFunc {
 			return
 		}
 		var pod corev1.Pod
-		if err := h.o.Pods.Get(ctx, types.NamespacedName{Namespace: id.Namespace, Name: id.PodName}, &pod); err != nil {
+		key := types.NamespacedName{Namespace: id.Namespace, Name: id.PodName}
+		err = h.o.Pods.Get(ctx, key, &pod)
+		if h.o.LivePods != nil && (apierrors.IsNotFound(err) || err == nil && pod.UID != id.PodUID) {
+			err = h.o.LivePods.Get(ctx, key, &pod)
+		}
+		if err != nil {
 			if apierrors.IsNotFound(err) {
 				h.fail(w, http.StatusUnauthorized, "the pod the token is bound to no longer exists")
 				return

@@ -57,7 +57,7 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.burst, "burst", 200, "client burst of the manager (--kube-api-burst) and of the creating client")
 	flag.Float64Var(&o.managerQPS, "manager-qps", 0, "the manager's --kube-api-qps when it should differ from --qps (0: the same)")
 	flag.IntVar(&o.managerBurst, "manager-burst", 0, "the manager's --kube-api-burst when it should differ from --burst (0: the same)")
-	flag.IntVar(&o.reconciles, "reconciles", 4, "the manager's --max-concurrent-reconciles")
+	flag.IntVar(&o.reconciles, "reconciles", 16, "the manager's --max-concurrent-reconciles")
 	flag.IntVar(&o.workers, "workers", 32, "goroutines creating objects (the client's rate limiter is shared)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound of each run (bare pods or sessions)")
 	flag.StringVar(&o.localcluster, "localcluster", "go run ./hack/localcluster", "the local cluster tool")
