@@ -11,13 +11,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
@@ -37,38 +35,9 @@ func waitManager(ctx context.Context, cl client.Client) error {
 	return nil
 }
 
-// deleteNamespace deletes a namespace and waits until it is gone. Worktrees get the
-// force-delete annotation first, so that one holding unpushed commits of an interrupted demo
-// does not hold the namespace.
+// deleteNamespace deletes a namespace and waits until it is gone (scenario.DeleteNamespace).
 func deleteNamespace(ctx context.Context, cl client.Client, name string) error {
-	var wts agentsv1alpha1.WorktreeList
-	if err := cl.List(ctx, &wts, client.InNamespace(name)); err != nil {
-		return err
-	}
-	for i := range wts.Items {
-		wt := &wts.Items[i]
-		patch := client.MergeFrom(wt.DeepCopy())
-		if wt.Annotations == nil {
-			wt.Annotations = map[string]string{}
-		}
-		wt.Annotations[agentsv1alpha1.ForceDeleteAnnotation] = "true"
-		if err := cl.Patch(ctx, wt, patch); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("annotate Worktree %s: %w", wt.Name, err)
-		}
-	}
-	ns := &corev1.Namespace{}
-	ns.Name = name
-	if err := cl.Delete(ctx, ns); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete namespace %s: %w", name, err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := cl.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		return fmt.Errorf("namespace %s still terminating (kubectl get all,shepherd -n %s): %w", name, name, err)
-	}
-	return nil
+	return scenario.DeleteNamespace(ctx, cl, name, 3*time.Minute)
 }
 
 // waitDefaultServiceAccount waits for the controller-manager to make the namespace's default

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -81,6 +82,41 @@ func WaitProjectReady(ctx context.Context, cl client.Reader, key client.ObjectKe
 			return fmt.Errorf("project %s not Ready after %s: %s: %s", key, timeout, last.Reason, last.Message)
 		}
 		return fmt.Errorf("project %s not Ready after %s: no Ready condition", key, timeout)
+	}
+	return nil
+}
+
+// DeleteNamespace deletes a namespace and waits up to timeout until it is gone. Its Worktrees get
+// the force-delete annotation first, so that one holding unpushed commits of an interrupted run
+// does not hold the namespace; the manager must be running to release their finalizers.
+func DeleteNamespace(ctx context.Context, cl client.Client, name string, timeout time.Duration) error {
+	if err := cl.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{}); apierrors.IsNotFound(err) {
+		return nil
+	}
+	var wts agentsv1alpha1.WorktreeList
+	if err := cl.List(ctx, &wts, client.InNamespace(name)); err != nil {
+		return err
+	}
+	for i := range wts.Items {
+		wt := &wts.Items[i]
+		patch := client.MergeFrom(wt.DeepCopy())
+		if wt.Annotations == nil {
+			wt.Annotations = map[string]string{}
+		}
+		wt.Annotations[agentsv1alpha1.ForceDeleteAnnotation] = "true"
+		if err := cl.Patch(ctx, wt, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("annotate Worktree %s: %w", wt.Name, err)
+		}
+	}
+	if err := cl.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete namespace %s: %w", name, err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s still terminating after %s (kubectl get all,shepherd -n %s): %w", name, timeout, name, err)
 	}
 	return nil
 }

@@ -217,34 +217,15 @@ func (c *cluster) namespace(ctx context.Context, name string) error {
 	})
 }
 
-// deleteNamespace deletes a namespace and waits until it is gone. Worktrees are annotated for
-// forced deletion first (the benchmark's checkouts hold nothing).
+// deleteNamespace deletes a namespace (scenario.DeleteNamespace: the manager must be running) and
+// waits until it is gone.
 func (c *cluster) deleteNamespace(ctx context.Context, name string) error {
+	start := time.Now()
 	if err := c.cl.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{}); apierrors.IsNotFound(err) {
 		return nil
 	}
-	var wts agentsv1alpha1.WorktreeList
-	if err := c.cl.List(ctx, &wts, client.InNamespace(name)); err == nil {
-		for i := range wts.Items {
-			wt := &wts.Items[i]
-			patch := client.MergeFrom(wt.DeepCopy())
-			if wt.Annotations == nil {
-				wt.Annotations = map[string]string{}
-			}
-			wt.Annotations[agentsv1alpha1.ForceDeleteAnnotation] = "true"
-			_ = c.cl.Patch(ctx, wt, patch)
-		}
-	}
-	start := time.Now()
-	if err := c.cl.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete namespace %s: %w", name, err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := c.cl.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		return fmt.Errorf("namespace %s still terminating after 15m: %w", name, err)
+	if err := scenario.DeleteNamespace(ctx, c.cl, name, 15*time.Minute); err != nil {
+		return err
 	}
 	logf("namespace %s deleted in %s", name, time.Since(start).Round(time.Second))
 	return nil

@@ -293,34 +293,7 @@ func (b *bench) resetNamespace(ctx context.Context) error {
 
 // deleteNamespace deletes the benchmark's namespace and waits until it is gone.
 func (b *bench) deleteNamespace(ctx context.Context) error {
-	var wts agentsv1alpha1.WorktreeList
-	if err := b.env.cl.List(ctx, &wts, client.InNamespace(b.o.namespace)); err != nil {
-		return err
-	}
-	for i := range wts.Items {
-		wt := &wts.Items[i]
-		patch := client.MergeFrom(wt.DeepCopy())
-		if wt.Annotations == nil {
-			wt.Annotations = map[string]string{}
-		}
-		wt.Annotations[agentsv1alpha1.ForceDeleteAnnotation] = "true"
-		if err := b.env.cl.Patch(ctx, wt, patch); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("annotate Worktree %s: %w", wt.Name, err)
-		}
-	}
-	ns := &corev1.Namespace{}
-	ns.Name = b.o.namespace
-	if err := b.env.cl.Delete(ctx, ns); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete namespace %s: %w", b.o.namespace, err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := b.env.cl.Get(ctx, client.ObjectKey{Name: b.o.namespace}, &corev1.Namespace{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		return fmt.Errorf("namespace %s still terminating (kubectl get all,shepherd -n %s): %w", b.o.namespace, b.o.namespace, err)
-	}
-	return nil
+	return scenario.DeleteNamespace(ctx, b.env.cl, b.o.namespace, 5*time.Minute)
 }
 
 // setupInfo is what the benchmark ran on.
