@@ -183,7 +183,8 @@ type AgentSpec struct {
 	// +kubebuilder:validation:MaxLength=16384
 	ExtraInstructions string `json:"extraInstructions,omitempty"`
 
-	// Resources of the agent container.
+	// Resources of the agent container (and of the checkout's prepare step). Requests left unset
+	// default to 250m CPU and 512Mi memory, never above a limit that is set.
 	// +optional
 	Resources *ResourceRequirements `json:"resources,omitempty"`
 }

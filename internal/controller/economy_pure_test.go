@@ -7,6 +7,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -78,4 +80,40 @@ func TestWorktreeObservedTimeMovesOnChangeOrAfterAMinute(t *testing.T) {
 	g.Expect(wt.Status.Dirty).To(BeTrue())
 	g.Expect(status(&runnerapi.WorkspaceReport{Head: "bbbb", Dirty: true}, base.Add(66*time.Second)).Time).To(Equal(base.Add(66*time.Second)), "a new head: at once")
 	g.Expect(wt.Status.Head).To(Equal("bbbb"))
+}
+
+func TestAgentResourcesDefaultRequests(t *testing.T) {
+	q := resource.MustParse
+	cases := []struct {
+		name string
+		in   *agentsv1alpha1.ResourceRequirements
+		want corev1.ResourceRequirements
+	}{
+		{"nothing asked: the defaults", nil, corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("512Mi")}}},
+		{"requests asked: kept", &agentsv1alpha1.ResourceRequirements{Requests: agentsv1alpha1.ResourceList{CPU: ptrTo(q("2")), Memory: ptrTo(q("4Gi"))}},
+			corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi")}}},
+		{"a limit below the default: the request follows it", &agentsv1alpha1.ResourceRequirements{Limits: agentsv1alpha1.ResourceList{CPU: ptrTo(q("100m")), Memory: ptrTo(q("4Gi"))}},
+			corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("512Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("4Gi")}}},
+		{"one request asked: the other defaulted", &agentsv1alpha1.ResourceRequirements{Requests: agentsv1alpha1.ResourceList{Memory: ptrTo(q("1Gi"))}},
+			corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("1Gi")}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := agentResources(c.in)
+			g := NewWithT(t)
+			g.Expect(got.Requests).To(HaveLen(len(c.want.Requests)))
+			for k, v := range c.want.Requests {
+				have := got.Requests[k]
+				g.Expect(have.Cmp(v)).To(BeZero(), "request %s: %s", k, have.String())
+			}
+			g.Expect(got.Limits).To(HaveLen(len(c.want.Limits)))
+			for k, v := range c.want.Limits {
+				have := got.Limits[k]
+				g.Expect(have.Cmp(v)).To(BeZero(), "limit %s: %s", k, have.String())
+			}
+		})
+	}
 }

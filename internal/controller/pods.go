@@ -225,6 +225,13 @@ func agentEnv(agent agentsv1alpha1.AgentSpec) []corev1.EnvVar {
 
 // agentResources converts the API's resources.
 func agentResources(r *agentsv1alpha1.ResourceRequirements) corev1.ResourceRequirements {
+	out := userResources(r)
+	defaultRequests(&out)
+	return out
+}
+
+// userResources converts what the Project or session asked for.
+func userResources(r *agentsv1alpha1.ResourceRequirements) corev1.ResourceRequirements {
 	var out corev1.ResourceRequirements
 	if r == nil {
 		return out
@@ -247,6 +254,32 @@ func agentResources(r *agentsv1alpha1.ResourceRequirements) corev1.ResourceRequi
 	}
 	out.Requests, out.Limits = conv(r.Requests), conv(r.Limits)
 	return out
+}
+
+// The requests of an agent's containers when neither the Project nor the session names them: an
+// agent CLI and git. Without a request a pod runs at the lowest CPU weight (its checkout and its
+// agent wait behind every other process on a busy node) and is the first evicted under memory
+// pressure.
+var (
+	defaultAgentCPU    = resource.MustParse("250m")
+	defaultAgentMemory = resource.MustParse("512Mi")
+)
+
+// defaultRequests fills the CPU and memory requests left unset, never above a limit that is set.
+func defaultRequests(r *corev1.ResourceRequirements) {
+	for name, def := range map[corev1.ResourceName]resource.Quantity{corev1.ResourceCPU: defaultAgentCPU, corev1.ResourceMemory: defaultAgentMemory} {
+		if _, ok := r.Requests[name]; ok {
+			continue
+		}
+		v := def
+		if lim, ok := r.Limits[name]; ok && lim.Cmp(v) < 0 {
+			v = lim
+		}
+		if r.Requests == nil {
+			r.Requests = corev1.ResourceList{}
+		}
+		r.Requests[name] = v
+	}
 }
 
 // mergeAgent applies a session's overrides to the Project's agent defaults.
