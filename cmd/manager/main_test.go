@@ -62,3 +62,30 @@ func TestCacheStripsManagedFields(t *testing.T) {
 		t.Errorf("label-selected caches: %d kinds, want pods, claims, service accounts, network policies", len(opts.ByObject))
 	}
 }
+
+func TestSlimPodKeepsWhatTheManagerReads(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "s-agent", UID: "u1", Labels: map[string]string{"agents.shepherd.dev/session": "s"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Spec: corev1.PodSpec{NodeName: "node-1", ServiceAccountName: "p-agent",
+			Containers: []corev1.Container{{Name: "agent", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, InitContainerStatuses: []corev1.ContainerStatus{{Name: "prepare"}}},
+	}
+	out, err := slimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.(*corev1.Pod)
+	if p.Name != "s-agent" || p.UID != "u1" || p.Labels["agents.shepherd.dev/session"] != "s" {
+		t.Errorf("metadata lost: %+v", p.ObjectMeta)
+	}
+	if p.Spec.NodeName != "node-1" || p.Spec.ServiceAccountName != "p-agent" || len(p.Spec.Containers) != 0 || len(p.ManagedFields) != 0 {
+		t.Errorf("spec not slimmed as expected: %+v", p.Spec)
+	}
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.InitContainerStatuses) != 1 {
+		t.Errorf("status lost: %+v", p.Status)
+	}
+	if _, err := slimPod("not a pod"); err != nil {
+		t.Errorf("other objects pass through: %v", err)
+	}
+}
