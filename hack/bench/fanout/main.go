@@ -147,12 +147,15 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return fmt.Errorf("bare pods, N=%d: %w", n, err)
 		}
-		sess, err := c.sessions(ctx, o, forge, n)
+		// The result is printed before the sessions' namespace goes: deleting thousands of
+		// sessions takes minutes, and an interrupted cleanup must not lose the numbers.
+		_, err = c.sessions(ctx, o, forge, n, func(sess runStats) {
+			results = append(results, result{n: n, base: base, sess: sess})
+			printResult(results[len(results)-1])
+		})
 		if err != nil {
 			return fmt.Errorf("sessions, N=%d: %w", n, err)
 		}
-		results = append(results, result{n: n, base: base, sess: sess})
-		printResult(results[len(results)-1])
 	}
 	printSummary(results)
 	return nil

@@ -274,7 +274,7 @@ const (
 
 // sessions runs the real manager, creates n AgentSessions with the creating client and waits
 // until every one is Working, the runners simulated.
-func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeGitHub, n int) (runStats, error) {
+func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeGitHub, n int, report func(runStats)) (runStats, error) {
 	ns := fmt.Sprintf("bench-sessions-%d", n)
 	fmt.Println()
 	logf("=== N=%d: %d AgentSessions in %s", n, n, ns)
@@ -435,6 +435,7 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 	working.mu.Unlock()
 	logf("  %d sessions Working in %s; manager peak RSS %d MiB, %s CPU", n, st.total.Round(time.Millisecond),
 		st.proc.peakRSS>>20, st.proc.cpu.Round(100*time.Millisecond))
+	report(st)
 	return st, nil
 }
 
