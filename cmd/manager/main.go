@@ -82,9 +82,9 @@ func cacheOptions(namespaces map[string]cache.Config) cache.Options {
 
 // slimPod keeps of a cached pod what the manager reads: its metadata, its node and its status.
 // The spec of an agent pod (three containers, their environment, mounts and security contexts)
-// is most of its size, and the manager builds specs, it never reads them back: in a fan-out of
-// thousands of sessions this is a third of the manager's memory. Pods are only created and
-// deleted, never updated from the cache, so nothing writes a slimmed spec back.
+// is most of its size, and the manager builds specs, it never reads them back (docs/performance.md
+// measures the memory of a fan-out of thousands). Pods are only created and deleted, never
+// updated from the cache, so nothing writes a slimmed spec back.
 func slimPod(obj any) (any, error) {
 	if pod, ok := obj.(*corev1.Pod); ok {
 		pod.ManagedFields = nil
