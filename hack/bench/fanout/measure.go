@@ -33,8 +33,23 @@ func apiRequests(ctx context.Context, cs kubernetes.Interface) (requests, error)
 		return nil, fmt.Errorf("read the API server's metrics: %w", err)
 	}
 	out := requests{}
+	for _, smp := range promSamples(body, "apiserver_request_total") {
+		out[requestKey{smp.labels["verb"], smp.labels["resource"], smp.labels["subresource"]}] += smp.value
+	}
+	return out, nil
+}
+
+// sample is one series of a Prometheus text exposition.
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// promSamples returns the series of metric in a text exposition.
+func promSamples(body []byte, metric string) []sample {
+	var out []sample
 	for _, line := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		rest, ok := strings.CutPrefix(line, metric+"{")
 		if !ok {
 			continue
 		}
@@ -46,10 +61,9 @@ func apiRequests(ctx context.Context, cs kubernetes.Interface) (requests, error)
 		if err != nil {
 			continue
 		}
-		l := promLabels(labels)
-		out[requestKey{l["verb"], l["resource"], l["subresource"]}] += v
+		out = append(out, sample{labels: promLabels(labels), value: v})
 	}
-	return out, nil
+	return out
 }
 
 // promLabels parses a="x",b="y" (values without commas or escaped quotes, as here).
@@ -109,26 +123,14 @@ func managerWrites(ctx context.Context, metricsURL string) (float64, map[string]
 	}
 	by := map[string]float64{}
 	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, "shepherd_api_writes_total{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		l := promLabels(labels)
+	for _, smp := range promSamples(body, "shepherd_api_writes_total") {
+		l := smp.labels
 		name := l["kind"] + " " + l["verb"]
 		if l["subresource"] != "" {
 			name = l["kind"] + "/" + l["subresource"] + " " + l["verb"]
 		}
-		by[name] += v
-		sum += v
+		by[name] += smp.value
+		sum += smp.value
 	}
 	return sum, by, nil
 }

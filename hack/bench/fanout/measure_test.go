@@ -1,0 +1,49 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func TestPromSamplesAndWrites(t *testing.T) {
+	before := []byte(`# HELP apiserver_request_total x
+apiserver_request_total{code="201",component="apiserver",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 10
+apiserver_request_total{code="200",component="apiserver",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 4
+apiserver_request_total{code="200",component="apiserver",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 7
+`)
+	after := []byte(`apiserver_request_total{code="201",component="apiserver",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 30
+apiserver_request_total{code="409",component="apiserver",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 4
+apiserver_request_total{code="200",component="apiserver",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 99
+shepherd_api_writes_total{kind="pod",subresource="",verb="create"} 5
+`)
+	toRequests := func(body []byte) requests {
+		out := requests{}
+		for _, s := range promSamples(body, "apiserver_request_total") {
+			out[requestKey{s.labels["verb"], s.labels["resource"], s.labels["subresource"]}] += s.value
+		}
+		return out
+	}
+	w := writes(toRequests(before), toRequests(after))
+	if len(w) != 1 || w["pods POST"] != 22 {
+		t.Errorf("writes = %v, want only pods POST 22 (reads and unchanged series left out)", w)
+	}
+	if got := promSamples(after, "shepherd_api_writes_total"); len(got) != 1 || got[0].value != 5 || got[0].labels["kind"] != "pod" {
+		t.Errorf("shepherd samples = %+v", got)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	d := sortDurations([]time.Duration{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{0.5, 5}, {0.99, 10}, {1, 10}, {0.1, 1}} {
+		if got := percentile(d, c.p); got != c.want {
+			t.Errorf("p%.2f = %d, want %d", c.p, got, c.want)
+		}
+	}
+	if percentile(nil, 0.5) != 0 {
+		t.Error("empty: 0")
+	}
+}
