@@ -447,6 +447,8 @@ func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: sessionWorktree(o.(*agentsv1alpha1.AgentSession))}}}
 		}), builder.WithPredicates(createOrDelete())).
+		// The Project's status changes with every session it counts; its Worktrees follow its spec
+		// only (and its creation and deletion).
 		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list agentsv1alpha1.WorktreeList
 			if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()},
@@ -458,8 +460,6 @@ func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 			}
 			return out
-			// The Project's status changes with every session it counts; its Worktrees follow
-			// its spec only.
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("worktree").
 		Complete(r)

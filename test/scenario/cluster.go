@@ -12,7 +12,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -119,4 +125,32 @@ func DeleteNamespace(ctx context.Context, cl client.Client, name string, timeout
 		return fmt.Errorf("namespace %s still terminating after %s (kubectl get all,shepherd -n %s): %w", name, timeout, name, err)
 	}
 	return nil
+}
+
+// Clients connects to the cluster of kubeconfig with a scheme that knows Shepherd's kinds: a
+// controller-runtime client that can watch, and a clientset. qps and burst bound the client
+// (client-go's defaults, 5 and 10, would pace a tool's own watching and polling).
+func Clients(kubeconfig string, qps float32, burst int) (*rest.Config, client.WithWatch, kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kubeconfig %q: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = qps, burst
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, cl, cs, nil
+}
+
+// Scheme knows the built-in kinds and Shepherd's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(agentsv1alpha1.AddToScheme(s))
+	return s
 }

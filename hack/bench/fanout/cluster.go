@@ -17,16 +17,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
@@ -56,12 +52,7 @@ type cluster struct {
 	managerReplicas *int32
 }
 
-var scheme = runtime.NewScheme()
-
-func init() {
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = agentsv1alpha1.AddToScheme(scheme)
-}
+var scheme = scenario.Scheme()
 
 // command runs name args with a timeout, streaming its output.
 func command(ctx context.Context, timeout time.Duration, name string, args ...string) error {
@@ -114,14 +105,8 @@ func startCluster(ctx context.Context, o options, nodes int) (*cluster, error) {
 		return nil, err
 	}
 	c.kubectl = filepath.Join(strings.TrimSpace(dir), "kubectl")
-	if c.cfg, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig); err != nil {
-		return nil, err
-	}
-	c.cfg.QPS, c.cfg.Burst = -1, -1 // no client-side limit for the observer
-	if c.cs, err = kubernetes.NewForConfig(c.cfg); err != nil {
-		return nil, err
-	}
-	if c.cl, err = client.New(c.cfg, client.Options{Scheme: scheme}); err != nil {
+	// No client-side limit for the observer: measuring must not queue behind what it measures.
+	if c.cfg, c.cl, c.cs, err = scenario.Clients(c.kubeconfig, -1, -1); err != nil {
 		return nil, err
 	}
 	if v, err := c.cs.Discovery().ServerVersion(); err == nil {

@@ -20,15 +20,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
@@ -173,24 +169,8 @@ func (b *bench) kubectl(ctx context.Context, out io.Writer, args ...string) (str
 }
 
 func (b *bench) connect() error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", b.env.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("kubeconfig %q: %w", b.env.kubeconfig, err)
-	}
 	// The benchmark watches and polls; the default 5 QPS would pace its own reads.
-	cfg.QPS, cfg.Burst = 50, 100
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := agentsv1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cfg, cl, cs, err := scenario.Clients(b.env.kubeconfig, 50, 100)
 	if err != nil {
 		return err
 	}
