@@ -17,6 +17,10 @@ KUBE_BINARIES := $(CURDIR)/hack/kube-binaries.sh
 
 # Packages `make test` runs: everything except the e2e suite, which needs a real cluster.
 TEST_PKGS = $(shell go list ./... | grep -v /test/e2e)
+# Packages with integration tests: test files tagged `//go:build integration`, which need a real
+# Gitea (built into the shared cache) or the real agent CLIs (installed from npm). `make test`
+# leaves them out so that it stays fast; `make test-integration` and .ci/run run them.
+INTEGRATION_PKGS = $(shell grep -rl --include='*_test.go' '^//go:build integration' . | xargs -n1 dirname | sort -u)
 GO_TEST_FLAGS ?=
 
 SHELL := /usr/bin/env bash -o pipefail
@@ -47,8 +51,9 @@ fmt: ## go fmt.
 	go fmt ./...
 
 .PHONY: vet
-vet: ## go vet.
+vet: ## go vet (with and without the integration tests' build tag).
 	go vet ./...
+	go vet -tags integration ./...
 
 .PHONY: tidy
 tidy: ## go mod tidy.
@@ -74,8 +79,12 @@ envtest-assets: ## Build (once) and print the envtest assets directory (etcd, ku
 	@$(KUBE_BINARIES) envtest
 
 .PHONY: test
-test: manifests generate ## Run unit, envtest and integration tests (not e2e).
+test: manifests generate ## Run the unit and envtest (real kube-apiserver) tests.
 	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go test -race $(GO_TEST_FLAGS) $(TEST_PKGS)
+
+.PHONY: test-integration
+test-integration: gitea agent-clis ## Run the integration tests: a real Gitea, the real agent CLIs (npm).
+	go test -race -tags integration $(GO_TEST_FLAGS) $(INTEGRATION_PKGS)
 
 ##@ Build
 

@@ -6,7 +6,7 @@
 gitea: ## Build the pinned Gitea into the shared cache (once, ~3.5 min cold); print its directory.
 	@hack/gitea.sh build
 
-# The Gitea adapter tests (internal/scm/gitea, internal/tracker/gitea) start a real Gitea. Build it
-# before `go test`, so that a cold build runs outside the test binaries' 10-minute timeout; a warm
-# cache makes this a no-op.
-test: gitea
+# The Gitea e2e spec and the Gitea integration tests start a real Gitea. Build it before
+# `go test`, so that a cold build (minutes) runs outside the tests' own timeouts; a warm cache
+# makes this a no-op.
+test-e2e: gitea

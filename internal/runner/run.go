@@ -80,7 +80,21 @@ type runner struct {
 	model     string
 	turns     int
 	pr        *runnerapi.PullRequestResult
+	// publishErr is why the last publish failed (the push, or asking for the pull request);
+	// empty when everything is published. While set, deliverMessages retries the publish at
+	// nextPublish, backing off by publishBackoff: a forge or a manager that was briefly away
+	// (a manager restart, a rate limit) must not leave the agent's work unpushed until the next
+	// message, which may never come.
+	publishErr     string
+	nextPublish    time.Time
+	publishBackoff time.Duration
 }
+
+// Publish retry bounds: the first retry after publishRetryMin, doubling up to publishRetryMax.
+const (
+	publishRetryMin = 5 * time.Second
+	publishRetryMax = 2 * time.Minute
+)
 
 // Run runs the agent until it exits abnormally or ctx ends (the pod is stopping). It returns the
 // exit code the runner should exit with: the agent's when it crashed, 0 on a stop.
@@ -175,7 +189,16 @@ func (r *runner) deliverMessages(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return r.stopped()
 		}
-		msgs, err := r.client.Pending(ctx, r.cfg.PollWait)
+		wait := r.cfg.PollWait
+		if r.publishErr != "" {
+			d := time.Until(r.nextPublish)
+			if d <= 0 {
+				r.republish(ctx)
+				continue
+			}
+			wait = min(wait, d.Round(time.Millisecond)+time.Millisecond)
+		}
+		msgs, err := r.client.Pending(ctx, wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return r.stopped()
@@ -204,6 +227,22 @@ func (r *runner) deliverMessages(ctx context.Context) (int, error) {
 			return code, err
 		}
 	}
+}
+
+// republish retries a failed publish between polls; on success the session is Ready again.
+func (r *runner) republish(ctx context.Context) {
+	r.notef("retrying the publish that failed (%s)", r.publishErr)
+	if err := r.publish(ctx, "", &turnState{}); err != nil {
+		r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", publishBlocked(err), nil)
+		return
+	}
+	r.notef("published after a retry")
+	r.rep.setActivity(agentsv1alpha1.ActivityReady, "", "", nil)
+}
+
+// publishBlocked is the Blocked message for a publish that failed and will be retried.
+func publishBlocked(err error) string {
+	return agent.Truncate(err.Error(), 3000) + " (the runner retries it)"
 }
 
 func (r *runner) stopped() (int, error) {
@@ -328,7 +367,7 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 		code, err := r.stopped()
 		return code, true, err
 	}
-	r.publish(ctx, headBefore, st)
+	pubErr := r.publish(ctx, headBefore, st)
 	if exit != 0 {
 		msg := fmt.Sprintf("agent exited with code %d", exit)
 		if st.result != nil && st.result.IsError && st.result.Text != "" {
@@ -341,6 +380,8 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	switch {
 	case st.question != "":
 		r.rep.setActivity(agentsv1alpha1.ActivityWaitingForInput, st.question, "", nil)
+	case pubErr != nil:
+		r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", publishBlocked(pubErr), nil)
 	case len(st.denied) > 0:
 		r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", strings.Join(st.denied, "\n"), nil)
 	case st.result != nil && st.result.IsError:
@@ -407,31 +448,42 @@ func (r *runner) handle(ev agent.Event, st *turnState) {
 }
 
 // publish pushes new commits and asks for the pull request. Failures are reported, not fatal:
-// the commits stay in the checkout and the next turn tries again.
-func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) {
+// the commits stay in the checkout, the session shows Blocked with the reason, and the runner
+// retries between polls (deliverMessages) and after the next turn. It returns nil when there is
+// nothing left to publish.
+func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) (err error) {
+	defer func() {
+		if err == nil {
+			r.publishErr, r.publishBackoff = "", 0
+			return
+		}
+		r.publishErr = err.Error()
+		r.publishBackoff = min(max(r.publishBackoff*2, publishRetryMin), publishRetryMax)
+		r.nextPublish = time.Now().Add(r.publishBackoff)
+		r.notef("%v; retrying in %s", err, r.publishBackoff)
+	}()
 	facts, err := workspace.ReadFacts(ctx, r.git, r.cfg.Workdir)
 	if err != nil {
-		r.notef("reading the checkout failed: %v", err)
-		return
+		return fmt.Errorf("reading the checkout failed: %w", err)
 	}
 	r.rep.update(func() { r.rep.workspace = workspaceReport(facts, r.cfg.Workdir) })
-	if facts.Unpushed == 0 {
-		return
+	if facts.Unpushed == 0 && r.publishErr == "" {
+		return nil
 	}
-	if facts.Head == headBefore {
-		r.notef("%d commit(s) from an earlier turn are not pushed yet; pushing them now", facts.Unpushed)
+	if facts.Unpushed > 0 {
+		if facts.Head == headBefore {
+			r.notef("%d commit(s) from an earlier turn are not pushed yet; pushing them now", facts.Unpushed)
+		}
+		if _, err := r.git.Run(ctx, r.cfg.Workdir, "push", "--porcelain", "origin", "HEAD:refs/heads/"+r.task.Branch); err != nil {
+			st.errors = append(st.errors, "push failed: "+err.Error())
+			return fmt.Errorf("push failed: %w", err)
+		}
+		facts, _ = workspace.ReadFacts(ctx, r.git, r.cfg.Workdir)
+		r.rep.update(func() {
+			r.rep.workspace = workspaceReport(facts, r.cfg.Workdir)
+			r.rep.push = &runnerapi.PushReport{Branch: r.task.Branch, Head: facts.Head}
+		})
 	}
-	if _, err := r.git.Run(ctx, r.cfg.Workdir, "push", "--porcelain", "origin", "HEAD:refs/heads/"+r.task.Branch); err != nil {
-		r.notef("push failed: %v", err)
-		st.errors = append(st.errors, "push failed: "+err.Error())
-		r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", "push failed: "+agent.Truncate(err.Error(), 3000), nil)
-		return
-	}
-	facts, _ = workspace.ReadFacts(ctx, r.git, r.cfg.Workdir)
-	r.rep.update(func() {
-		r.rep.workspace = workspaceReport(facts, r.cfg.Workdir)
-		r.rep.push = &runnerapi.PushReport{Branch: r.task.Branch, Head: facts.Head}
-	})
 	summary := ""
 	if st.result != nil {
 		summary = st.result.Text
@@ -445,8 +497,7 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 		return err
 	})
 	if err != nil {
-		r.notef("asking for the pull request failed: %v", err)
-		return
+		return fmt.Errorf("asking for the pull request failed: %w", err)
 	}
 	r.pr = pr
 	verb := "updated"
@@ -454,6 +505,7 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 		verb = "opened"
 	}
 	r.notef("pull request #%d %s: %s", pr.Number, verb, pr.URL)
+	return nil
 }
 
 func prTitle(t *runnerapi.Task) string {

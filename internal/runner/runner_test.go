@@ -394,6 +394,38 @@ func TestRetriesAreBlockedActivityNotACrash(t *testing.T) {
 	g.Expect(h.wait().code).To(Equal(0))
 }
 
+// TestFailedPublishIsRetried: a push refused while the forge's credentials are not available
+// (a manager restart, a revoked token put back) leaves the session Blocked with the reason, and
+// the runner pushes and asks for the pull request by itself once it works again, without a new
+// message.
+func TestFailedPublishIsRetried(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/republish",
+		prompt: "Fix the widgets", sc: scenario{Turns: []turn{
+			{Steps: []map[string]any{write("hello.txt", "hello\n"), commit("Add hello")}, Result: "Added hello.txt."},
+		}}})
+	u, err := url.Parse(h.srv.URL(repo))
+	g.Expect(err).NotTo(HaveOccurred())
+	be, s := h.env.Backend, h.session
+	be.SetCredentials(u.Host, runnerapi.Credentials{Username: user, Password: "revoked", ExpiresAt: time.Now().Add(time.Hour)})
+	h.start()
+
+	g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).WithTimeout(30 * time.Second).
+		Should(And(HaveField("State", agentsv1alpha1.ActivityBlocked),
+			HaveField("Message", And(ContainSubstring("push failed"), ContainSubstring("the runner retries it")))))
+	g.Expect(be.PullRequests(s)).To(BeEmpty())
+	g.Expect(h.srv.Ref(repo, "refs/heads/shepherd/republish")).To(BeEmpty(), "nothing was pushed")
+
+	be.SetCredentials(u.Host, runnerapi.Credentials{Username: user, Password: password, ExpiresAt: time.Now().Add(time.Hour)})
+	g.Eventually(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(30 * time.Second).Should(HaveLen(1))
+	g.Expect(h.srv.Ref(repo, "refs/heads/shepherd/republish")).To(Equal(be.PullRequests(s)[0].Head))
+	g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).Should(HaveField("State", agentsv1alpha1.ActivityReady))
+	g.Expect(h.calls()).To(HaveLen(1), "the retry pushed; it did not run the agent again")
+	g.Expect(h.stderr.String() + h.stdout.String()).NotTo(ContainSubstring(password))
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+}
+
 // TestRestoreResumesTheConversation: a stopped session's new pod resumes the same conversation
 // when a message arrives, instead of starting over.
 func TestRestoreResumesTheConversation(t *testing.T) {

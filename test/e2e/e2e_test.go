@@ -370,10 +370,17 @@ func podLog(ctx context.Context, c *cluster, pod *corev1.Pod, container string) 
 }
 
 // podLogs is every container's log, for failure messages.
-func podLogs(ctx context.Context, c *cluster, pod *corev1.Pod) string {
+func podLogs(ctx context.Context, c *cluster, pod *corev1.Pod) string { return podLogsTail(ctx, c, pod, 0) }
+
+// podLogsTail is podLogs limited to the last tail lines of each container (0: all of them).
+func podLogsTail(ctx context.Context, c *cluster, pod *corev1.Pod, tail int64) string {
 	var b strings.Builder
 	for _, ct := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		raw, err := c.clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: ct.Name}).DoRaw(ctx)
+		opts := &corev1.PodLogOptions{Container: ct.Name}
+		if tail > 0 {
+			opts.TailLines = &tail
+		}
+		raw, err := c.clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, opts).DoRaw(ctx)
 		fmt.Fprintf(&b, "--- %s (err %v)\n%s\n", ct.Name, err, raw)
 	}
 	return b.String()

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -81,13 +80,9 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 	}
 	run.res, err = play.Run(pctx, func(ctx context.Context) error { return m.CreateSession(ctx, c.client) })
 	if err != nil {
-		var errored *scenario.ErroredError
-		if errors.As(err, &errored) {
-			pod := &corev1.Pod{}
-			if gerr := c.client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: run.key.Name + "-agent"}, pod); gerr == nil {
-				err = fmt.Errorf("%w\nagent pod logs:\n%s", err, podLogs(ctx, c, pod))
-			}
-		}
+		// What a reader of CI's output needs to tell why: the session as the manager left it,
+		// and the last lines of the agent's and the manager's logs.
+		err = fmt.Errorf("%w\n%s", err, diagnose(ctx, c, run.key))
 	}
 	Expect(err).NotTo(HaveOccurred())
 	report := fmt.Sprintf("phases of %s on %s:\n%sreactions:\n", run.key, forge.Name(), run.res.Phases)
@@ -204,4 +199,42 @@ func killManager(ctx context.Context, c *cluster) {
 		}
 		g.Expect(ready).To(Equal(1))
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// diagnose describes a session that did not go as scripted: its status (phase, conditions,
+// activity, messages, pull request) and the last lines of its agent pod's and the manager's logs.
+func diagnose(ctx context.Context, c *cluster, key client.ObjectKey) string {
+	var b strings.Builder
+	s := &agentsv1alpha1.AgentSession{}
+	if err := c.client.Get(ctx, key, s); err != nil {
+		fmt.Fprintf(&b, "session %s: %v\n", key, err)
+	} else {
+		st := s.Status
+		fmt.Fprintf(&b, "session %s: phase %s\n", key, st.Phase)
+		for _, cond := range st.Conditions {
+			fmt.Fprintf(&b, "  condition %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
+		}
+		if st.Activity != nil {
+			fmt.Fprintf(&b, "  activity %s since %s: %s\n", st.Activity.State, st.Activity.LastActivityTime, st.Activity.Message)
+		}
+		fmt.Fprintf(&b, "  messages %+v\n", st.Messages)
+		if st.PullRequest != nil {
+			fmt.Fprintf(&b, "  pull request %+v\n", *st.PullRequest)
+		}
+	}
+	const tail = 60
+	pod := &corev1.Pod{}
+	if err := c.client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name + "-agent"}, pod); err == nil {
+		fmt.Fprintf(&b, "agent pod %s (phase %s), last %d lines per container:\n%s", pod.Name, pod.Status.Phase, tail, podLogsTail(ctx, c, pod, tail))
+	} else {
+		fmt.Fprintf(&b, "agent pod: %v\n", err)
+	}
+	var pods corev1.PodList
+	if err := c.client.List(ctx, &pods, client.InNamespace(managerNamespace),
+		client.MatchingLabels{"app.kubernetes.io/name": "shepherd", "app.kubernetes.io/component": "manager"}); err == nil {
+		for i := range pods.Items {
+			fmt.Fprintf(&b, "manager pod %s, last %d lines:\n%s", pods.Items[i].Name, tail, podLogsTail(ctx, c, &pods.Items[i], tail))
+		}
+	}
+	return b.String()
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package realagents_test
 
 import (

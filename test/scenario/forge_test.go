@@ -19,25 +19,24 @@ import (
 // request opened by the bot reads back, CI reports fail then pass the required check, the
 // reviewer's request for changes carries the line comment, the approval approves, and after the
 // merge the commits still read in order. Both forges, so that the e2e specs and the demo play
-// the same scenario on either.
-func TestForgeContract(t *testing.T) {
-	for _, name := range []string{"github", "gitea"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			var deliveries atomic.Int32
-			hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				deliveries.Add(1)
-				w.WriteHeader(http.StatusAccepted)
-			}))
-			defer hooks.Close()
-			f, push := startForge(ctx, t, name, hooks.URL+"/")
-			checkForge(ctx, t, f, push)
-			if deliveries.Load() == 0 {
-				t.Error("the forge sent no webhook")
-			}
-		})
+// the same scenario on either: the fake GitHub here, the real Gitea in forge_gitea_test.go (an
+// integration test: `make test-integration`).
+func TestForgeContract(t *testing.T) { forgeContract(t, "github") }
+
+func forgeContract(t *testing.T, name string) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var deliveries atomic.Int32
+	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		deliveries.Add(1)
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer hooks.Close()
+	f, push := startForge(ctx, t, name, hooks.URL+"/")
+	checkForge(ctx, t, f, push)
+	if deliveries.Load() == 0 {
+		t.Error("the forge sent no webhook")
 	}
 }
 
