@@ -370,7 +370,9 @@ func podLog(ctx context.Context, c *cluster, pod *corev1.Pod, container string) 
 }
 
 // podLogs is every container's log, for failure messages.
-func podLogs(ctx context.Context, c *cluster, pod *corev1.Pod) string { return podLogsTail(ctx, c, pod, 0) }
+func podLogs(ctx context.Context, c *cluster, pod *corev1.Pod) string {
+	return podLogsTail(ctx, c, pod, 0)
+}
 
 // podLogsTail is podLogs limited to the last tail lines of each container (0: all of them).
 func podLogsTail(ctx context.Context, c *cluster, pod *corev1.Pod, tail int64) string {
