@@ -36,6 +36,9 @@ type RunConfig struct {
 	Heartbeat time.Duration
 	// StopGrace is how long the agent gets between SIGTERM and SIGKILL; default 10s.
 	StopGrace time.Duration
+	// PublishRetry is the first wait before a failed publish is tried again, doubling up to
+	// 2 minutes; default 5s.
+	PublishRetry time.Duration
 	// Stdout receives the agent's own output (kubectl logs); Stderr the agent's stderr and the
 	// runner's notes.
 	Stdout, Stderr io.Writer
@@ -57,6 +60,9 @@ func (c *RunConfig) defaults() {
 	}
 	if c.StopGrace == 0 {
 		c.StopGrace = 10 * time.Second
+	}
+	if c.PublishRetry == 0 {
+		c.PublishRetry = 5 * time.Second
 	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
@@ -90,11 +96,9 @@ type runner struct {
 	publishBackoff time.Duration
 }
 
-// Publish retry bounds: the first retry after publishRetryMin, doubling up to publishRetryMax.
-const (
-	publishRetryMin = 5 * time.Second
-	publishRetryMax = 2 * time.Minute
-)
+// publishRetryMax bounds the wait between two tries of a failed publish (RunConfig.PublishRetry
+// is the first).
+const publishRetryMax = 2 * time.Minute
 
 // Run runs the agent until it exits abnormally or ctx ends (the pod is stopping). It returns the
 // exit code the runner should exit with: the agent's when it crashed, 0 on a stop.
@@ -458,7 +462,7 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 			return
 		}
 		r.publishErr = err.Error()
-		r.publishBackoff = min(max(r.publishBackoff*2, publishRetryMin), publishRetryMax)
+		r.publishBackoff = min(max(r.publishBackoff*2, r.cfg.PublishRetry), publishRetryMax)
 		r.nextPublish = time.Now().Add(r.publishBackoff)
 		r.notef("%v; retrying in %s", err, r.publishBackoff)
 	}()

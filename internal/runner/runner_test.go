@@ -199,7 +199,7 @@ func (h *harness) start() {
 	h.cancel, h.done = cancel, make(chan result, 1)
 	go func() {
 		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Self: runnerBin,
-			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second,
+			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
 			Stdout: h.stdout, Stderr: h.stderr})
 		h.done <- result{code, err}
 	}()

@@ -55,10 +55,17 @@ type PollerOptions struct {
 	// HintDelay gathers the bursts of webhooks one change causes (a push brings a push, a
 	// synchronize and a check suite) into one read (default 2s).
 	HintDelay time.Duration
-	// HintInterval is the least time between two reads caused by webhooks alone, so that a busy
-	// installation pays at most one call per interval however many deliveries arrive (default
-	// 15s: at most 240 one-point calls an hour, a twentieth of an installation's budget).
+	// HintInterval paces the reads caused by webhooks alone, so that a busy installation pays at
+	// most one call per interval however many deliveries arrive (default 15s: at most 240
+	// one-point calls an hour, a twentieth of an installation's budget).
 	HintInterval time.Duration
+	// HintBurst is how many hint-driven reads may go out back to back before the pace of
+	// HintInterval applies (a token bucket: one token comes back per HintInterval, up to
+	// HintBurst; default 4). A quiet repository's webhooks are then read within HintDelay
+	// each, even when they follow each other within seconds (CI reports on a push, a review
+	// right after), while a busy installation still pays one call per HintInterval on average.
+	// 1 restores the strict pace.
+	HintBurst int
 	// BatchSize is how many items one call carries (default: the Refresher's BatchSize).
 	BatchSize int
 	// Clock drives scheduling (default the real clock).
@@ -84,8 +91,9 @@ type Poller struct {
 	mu       sync.Mutex
 	items    map[types.NamespacedName]*pollItem
 	webhooks map[Repo]time.Time
-	// lastHintCall is when the last call caused by hints alone went out.
-	lastHintCall time.Time
+	// hintTAT is the hint budget (see HintBurst and hintReadyAtLocked): each hint-driven call
+	// moves it HintInterval past the later of itself and the call's time.
+	hintTAT time.Time
 	// pausedUntil holds all calls after a rate limit or an outage.
 	pausedUntil time.Time
 	failures    int
@@ -126,6 +134,9 @@ func NewPoller(src Refresher, opts PollerOptions) *Poller {
 	}
 	if opts.HintInterval <= 0 {
 		opts.HintInterval = 15 * time.Second
+	}
+	if opts.HintBurst <= 0 {
+		opts.HintBurst = 4
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = max(src.BatchSize(), 1)
@@ -280,6 +291,18 @@ func (p *Poller) deadlineLocked(it *pollItem, now time.Time) time.Time {
 	return it.obs.CheckedAt.Add(age - lead)
 }
 
+// hintReadyAtLocked is when the hint budget (HintBurst, HintInterval) allows the next
+// hint-driven call: now, or later once the burst is spent. The budget is kept as the generic
+// cell rate algorithm's theoretical arrival time (hintTAT), in whole nanoseconds: a call is
+// allowed once now reaches hintTAT less the burst's tolerance.
+func (p *Poller) hintReadyAtLocked(now time.Time) time.Time {
+	tolerance := time.Duration(p.opts.HintBurst-1) * p.opts.HintInterval
+	if at := p.hintTAT.Add(-tolerance); now.Before(at) {
+		return at
+	}
+	return now
+}
+
 // plan is one round of calls.
 type plan struct {
 	reqs  []RefreshRequest
@@ -306,7 +329,8 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 	}
 	var due, rest []cand
 	anyDeadline := false
-	hintReady := !now.Before(p.lastHintCall.Add(p.opts.HintInterval))
+	hintReadyAt := p.hintReadyAtLocked(now)
+	hintReady := !now.Before(hintReadyAt)
 	for _, it := range p.items {
 		d := p.deadlineLocked(it, now)
 		c := cand{it: it, deadline: d}
@@ -318,7 +342,7 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 			if hintReady {
 				due = append(due, c)
 			} else {
-				soon(p.lastHintCall.Add(p.opts.HintInterval))
+				soon(hintReadyAt)
 				rest = append(rest, c)
 			}
 		default:
@@ -374,7 +398,10 @@ func (p *Poller) Poll(ctx context.Context) (time.Time, error) {
 		return next, nil
 	}
 	if pl.hinted {
-		p.lastHintCall = now
+		if p.hintTAT.Before(now) {
+			p.hintTAT = now
+		}
+		p.hintTAT = p.hintTAT.Add(p.opts.HintInterval)
 	}
 	p.mu.Unlock()
 

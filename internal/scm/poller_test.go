@@ -208,6 +208,43 @@ func TestPollerWebhookHintsAndHealth(t *testing.T) {
 	g.Expect(e.fake.Stats().GraphQLQueries).To(BeNumerically(">", queries))
 }
 
+// Hint-driven reads come from a bucket of HintBurst tokens refilled one per HintInterval: the
+// first webhooks after a quiet time are each read within HintDelay, even seconds apart; once the
+// burst is spent they are paced at HintInterval; a quiet minute refills the bucket.
+func TestPollerHintBurst(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Hour, HintDelay: 2 * time.Second, HintInterval: 10 * time.Second, HintBurst: 2})
+	n := e.openPR(t, "a")
+	k := key("a")
+	e.poller.Register(k, scm.Watch{Repo: e.repo, Number: n, Head: scm.Head{Branch: "a"}})
+	_, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	start := e.clock.Now()
+	// readAfterHint delivers a webhook naming the pull request at start+at and returns how long
+	// after start the Poller read it.
+	readAfterHint := func(at time.Duration) time.Duration {
+		e.clock.Set(start.Add(at))
+		e.poller.Notify(scm.Hint{Repo: e.repo, Event: "pull_request_review", Numbers: []int{n}, Webhook: true})
+		for range 100 {
+			next, err := e.poller.Poll(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			if obs, _ := e.poller.Get(k); !obs.CheckedAt.Before(start.Add(at)) {
+				return obs.CheckedAt.Sub(start)
+			}
+			g.Expect(next.IsZero()).To(BeFalse(), "a hinted item is always due at some point")
+			e.clock.Set(next)
+		}
+		t.Fatal("the hinted item was never read")
+		return 0
+	}
+	g.Expect(readAfterHint(1*time.Second)).To(Equal(3*time.Second), "a token: read after HintDelay")
+	g.Expect(readAfterHint(4*time.Second)).To(Equal(6*time.Second), "the second token: read after HintDelay")
+	// After the reads at 3s and 6s the next is allowed at 13s (3s + 10s, the burst spent); the
+	// hint is due at 9s and waits.
+	g.Expect(readAfterHint(7*time.Second)).To(Equal(13*time.Second), "burst spent: paced by HintInterval")
+	g.Expect(readAfterHint(80*time.Second)).To(Equal(82*time.Second), "a quiet time refills the bucket")
+}
+
 // The manager's own hints (a runner opened a pull request, Shepherd merged one) make the items
 // they name due, but are no evidence that the repository's webhooks flow: without webhooks, the
 // repository keeps its poll interval.
@@ -371,7 +408,7 @@ func TestPollerRechecksWhatTheForgeIsStillComputing(t *testing.T) {
 	g := NewWithT(t)
 	clock := scmtest.NewClock()
 	src := &recheckSource{pending: 2}
-	p := scm.NewPoller(src, scm.PollerOptions{MaxAge: time.Hour, HintInterval: 5 * time.Second, Clock: clock})
+	p := scm.NewPoller(src, scm.PollerOptions{MaxAge: time.Hour, HintInterval: 5 * time.Second, HintBurst: 1, Clock: clock})
 	k := key("checking")
 	repo := scm.Repo{Owner: "acme", Name: "widgets"}
 	p.Register(k, scm.Watch{Repo: repo, Head: scm.Head{Branch: "b"}, Base: "release"})

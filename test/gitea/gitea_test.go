@@ -1,12 +1,8 @@
 package gitea
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -52,41 +48,4 @@ func TestAppINIHasTheHeadlessEssentials(t *testing.T) {
 		g.Expect(i).To(BeNumerically(">=", 0), key)
 		g.Expect(strings.SplitN(ini[i+len(key):], "\n", 2)[0]).To(HaveLen(map[string]int{"SECRET_KEY = ": 64, "INTERNAL_TOKEN = ": 96, "JWT_SECRET = ": 43}[key]))
 	}
-}
-
-func TestStartAttachStop(t *testing.T) {
-	g := NewWithT(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	s, err := Start(ctx, Options{Dir: dir})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = s.Stop() }()
-	written, err := os.ReadFile(filepath.Join(dir, "app.ini"))
-	g.Expect(err).NotTo(HaveOccurred())
-
-	// Both users work with their tokens.
-	for _, u := range []User{s.Admin, s.Reviewer} {
-		var me struct {
-			Login string `json:"login"`
-		}
-		g.Expect(s.Client(u).Do(ctx, "GET", "/user", nil, &me)).To(Succeed())
-		g.Expect(me.Login).To(Equal(u.Name))
-	}
-	again, err := os.ReadFile(filepath.Join(dir, "app.ini"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(again)).To(Equal(string(written)), "every secret was pre-generated: Gitea did not rewrite app.ini")
-
-	attached, err := Attach(dir)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(attached.URL).To(Equal(s.URL))
-	g.Expect(attached.Admin).To(Equal(s.Admin))
-	g.Expect(attached.Running()).To(BeTrue())
-	_, err = Start(ctx, Options{Dir: dir})
-	g.Expect(err).To(MatchError(ContainSubstring("already holds a forge")))
-
-	g.Expect(attached.Stop()).To(Succeed())
-	g.Expect(s.Stop()).To(Succeed(), "stopping a stopped forge succeeds")
-	g.Expect(attached.Running()).To(BeFalse())
-	g.Expect(s.Running()).To(BeFalse())
 }
