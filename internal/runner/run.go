@@ -94,6 +94,8 @@ type runner struct {
 	publishErr     string
 	nextPublish    time.Time
 	publishBackoff time.Duration
+	// prPending says commits were pushed and the pull request not asked for since.
+	prPending bool
 }
 
 // publishRetryMax bounds the wait between two tries of a failed publish (RunConfig.PublishRetry
@@ -471,9 +473,6 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 		return fmt.Errorf("reading the checkout failed: %w", err)
 	}
 	r.rep.update(func() { r.rep.workspace = workspaceReport(facts, r.cfg.Workdir) })
-	if facts.Unpushed == 0 && r.publishErr == "" {
-		return nil
-	}
 	if facts.Unpushed > 0 {
 		if facts.Head == headBefore {
 			r.notef("%d commit(s) from an earlier turn are not pushed yet; pushing them now", facts.Unpushed)
@@ -487,6 +486,10 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 			r.rep.workspace = workspaceReport(facts, r.cfg.Workdir)
 			r.rep.push = &runnerapi.PushReport{Branch: r.task.Branch, Head: facts.Head}
 		})
+		r.prPending = true
+	}
+	if !r.prPending {
+		return nil
 	}
 	summary := ""
 	if st.result != nil {
@@ -503,7 +506,7 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 	if err != nil {
 		return fmt.Errorf("asking for the pull request failed: %w", err)
 	}
-	r.pr = pr
+	r.pr, r.prPending = pr, false
 	verb := "updated"
 	if pr.Created {
 		verb = "opened"

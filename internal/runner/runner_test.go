@@ -426,6 +426,32 @@ func TestFailedPublishIsRetried(t *testing.T) {
 	g.Expect(h.wait().code).To(Equal(0))
 }
 
+// TestRefusedPullRequestIsAskedAgain: the push worked but the manager refused to open the pull
+// request; the runner asks again by itself, without pushing or running the agent again.
+func TestRefusedPullRequestIsAskedAgain(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentCodex, mode: agentsv1alpha1.WorkspaceClone, branch: "shepherd/reask",
+		prompt: "Fix the widgets", sc: scenario{Turns: []turn{
+			{Steps: []map[string]any{write("hello.txt", "hello\n"), commit("Add hello")}, Result: "Added hello.txt."},
+		}}})
+	be, s := h.env.Backend, h.session
+	be.SetPullRequestError(fmt.Errorf("the forge is read-only for maintenance: %w", runnerapi.ErrForbidden))
+	h.start()
+	g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).WithTimeout(30 * time.Second).
+		Should(And(HaveField("State", agentsv1alpha1.ActivityBlocked), HaveField("Message", ContainSubstring("asking for the pull request failed"))))
+	pushed := h.srv.Ref(repo, "refs/heads/shepherd/reask")
+	g.Expect(pushed).NotTo(BeEmpty(), "the push went through")
+
+	be.SetPullRequestError(nil)
+	g.Eventually(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(30 * time.Second).Should(HaveLen(1))
+	g.Expect(be.PullRequests(s)[0].Head).To(Equal(pushed))
+	g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).Should(HaveField("State", agentsv1alpha1.ActivityReady))
+	g.Consistently(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(time.Second).Should(HaveLen(1), "asked once it worked, then no more")
+	g.Expect(h.calls()).To(HaveLen(1))
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+}
+
 // TestRestoreResumesTheConversation: a stopped session's new pod resumes the same conversation
 // when a message arrives, instead of starting over.
 func TestRestoreResumesTheConversation(t *testing.T) {

@@ -38,6 +38,8 @@ type MemoryBackend struct {
 	credHost string
 	creds    runnerapi.Credentials
 	credAsks int
+	// prErr, when set, is what OpenPullRequest answers (the forge refusing, say).
+	prErr error
 	// OnMessage is called after AddMessage (wire it to Handler.Wake).
 	OnMessage func(types.NamespacedName)
 }
@@ -191,10 +193,21 @@ func (b *MemoryBackend) Ack(_ context.Context, s runnerapi.Session, id string) e
 	return nil
 }
 
+// SetPullRequestError makes OpenPullRequest answer err (nil: answer normally again). Refused
+// requests are not recorded.
+func (b *MemoryBackend) SetPullRequestError(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.prErr = err
+}
+
 // OpenPullRequest implements runnerapi.Backend.
 func (b *MemoryBackend) OpenPullRequest(_ context.Context, s runnerapi.Session, req runnerapi.PullRequestRequest) (*runnerapi.PullRequestResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.prErr != nil {
+		return nil, b.prErr
+	}
 	t, ok := b.tasks[s.NamespacedName]
 	if !ok {
 		return nil, fmt.Errorf("session %s: %w", s.NamespacedName, runnerapi.ErrNotFound)
