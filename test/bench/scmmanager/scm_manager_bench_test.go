@@ -959,13 +959,14 @@ func report(out io.Writer, n, seconds int, acts []economy.Activity, naive, polle
 		fmt.Fprintf(out, "  status changes measured %d, not shown by design %d, never shown %d; steps over %s: %d; real-time part of the staleness p50 %s, max %s\n",
 			m.changes, m.hidden, m.missed, settleTimeout, m.timeouts, m.procP50.Round(time.Millisecond), m.procMx.Round(time.Millisecond))
 		fmt.Fprintf(out, "  webhook deliveries %d; AgentSession reconciles during the hour %.0f; setup: %s\n", m.Webhooks, m.reconciles, strings.Join(m.phases, ", "))
-		fmt.Fprintf(out, "  SCM calls by the manager during the hour (shepherd_scm_requests_total): %s\n", formatOps(m.scmOps))
-		fmt.Fprintf(out, "  REST routes on the fake (304s included): %s\n", formatRoutes(m.routes))
+		fmt.Fprintf(out, "  SCM calls by the manager during the hour (shepherd_scm_requests_total): %s\n", formatCounts(m.scmOps))
+		fmt.Fprintf(out, "  REST routes on the fake (304s included): %s\n", formatCounts(m.routes))
 	}
 	fmt.Fprintln(out)
 }
 
-func formatOps(m map[string]float64) string {
+// formatCounts lists counts by name, sorted by name, as "name count, ...".
+func formatCounts[V int | float64](m map[string]V) string {
 	if len(m) == 0 {
 		return "none"
 	}
@@ -976,23 +977,7 @@ func formatOps(m map[string]float64) string {
 	sort.Strings(keys)
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.0f", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func formatRoutes(m map[string]int) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		parts = append(parts, k+" "+strconv.FormatFloat(float64(m[k]), 'f', 0, 64))
 	}
 	return strings.Join(parts, ", ")
 }
