@@ -65,7 +65,9 @@ const (
 	WorktreeReady WorktreePhase = "Ready"
 	// WorktreeFailed: no usable checkout could be made; see the Stalled condition.
 	WorktreeFailed WorktreePhase = "Failed"
-	// WorktreeMissing: the volume or directory vanished; the record and history stay.
+	// WorktreeMissing: the checkout's volume vanished (deleted, or recreated empty); the record
+	// and the branch stay, and the next prepare restores the checkout from the branch. A checkout
+	// directory deleted inside a volume that is still there is recreated by the next prepare.
 	WorktreeMissing WorktreePhase = "Missing"
 	// WorktreeRemoving: the checkout is being removed.
 	WorktreeRemoving WorktreePhase = "Removing"

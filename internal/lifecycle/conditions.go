@@ -111,6 +111,10 @@ func (e *eval) reconciling(d Decision) (bool, string, string) {
 		return false, "", ""
 	case e.signal != "" && !e.graceExpired:
 		return true, agentsv1alpha1.ReasonSignalGrace, "Waiting out a missing signal: " + e.signalDetail + " (" + e.graceProgress() + ")"
+	case e.in.PullRequest.ForgeError != "" && !e.in.PullRequest.Observed:
+		// The pull request's conditions keep the last state read; say that it may be behind.
+		return true, orDefault(e.in.PullRequest.ForgeErrorReason, agentsv1alpha1.ReasonForgeUnavailable),
+			"The forge cannot be read (" + clip(e.in.PullRequest.ForgeError, 300) + "); the pull request's status is the last one read, and Shepherd retries. " + e.message
 	}
 	if t := e.phaseTrigger(); t != "" {
 		for _, r := range d.Reactions {
@@ -168,9 +172,9 @@ func (e *eval) agentCondition() (metav1.ConditionStatus, string, string) {
 			return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentBlocked, withDetail("The agent is blocked", e.in.Runner.Message)
 		}
 		if e.idle() {
-			return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentIdle, "No agent activity for " + e.silence().String()
+			return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentIdle, "No agent activity for " + e.silence().String() + e.restartNote()
 		}
-		return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentActive, "The agent is running"
+		return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentActive, "The agent is running" + e.restartNote()
 	case a.exit != nil:
 		return metav1.ConditionFalse, agentsv1alpha1.ReasonAgentExited, "The agent exited (" + a.exit.describe() + ")"
 	case e.signal != "" && e.signal != signalPullRequest && !e.graceExpired:
@@ -183,6 +187,18 @@ func (e *eval) agentCondition() (metav1.ConditionStatus, string, string) {
 		return metav1.ConditionFalse, containerReason(e.in.Pod.WaitingReason), e.signalDetail
 	}
 	return metav1.ConditionFalse, agentsv1alpha1.ReasonPodPending, "The agent is not running yet"
+}
+
+// restartNote tells that the kubelet restarted the agent container (the runner resumes the
+// agent's conversation after a restart, so the session goes on; a user sees why it paused).
+func (e *eval) restartNote() string {
+	switch n := e.in.Pod.Restarts; {
+	case n == 1:
+		return " (its container restarted once)"
+	case n > 1:
+		return fmt.Sprintf(" (its container restarted %d times)", n)
+	}
+	return ""
 }
 
 func (e *eval) pullRequestCondition() (metav1.ConditionStatus, string, string) {
@@ -258,6 +274,8 @@ func (e *eval) mergeableCondition() (metav1.ConditionStatus, string, string) {
 		return metav1.ConditionFalse, agentsv1alpha1.ReasonBehindBase, "Pull request " + p.ref() + " is behind " + orDefault(p.baseBranch, "its base") + ", which must be up to date to merge"
 	case p.mergeState == agentsv1alpha1.MergeStateBlocked:
 		return metav1.ConditionFalse, agentsv1alpha1.ReasonMergeBlocked, "Branch protection blocks merging " + p.ref()
+	case p.mergeState == agentsv1alpha1.MergeStateUnstable:
+		return metav1.ConditionFalse, agentsv1alpha1.ReasonMergeUnstable, "A check the base does not require is not green on " + p.ref() + "; Shepherd merges only when every check passes"
 	case p.checks == agentsv1alpha1.ChecksPending:
 		return metav1.ConditionUnknown, agentsv1alpha1.ReasonChecksPending, "Checks are running on " + p.ref()
 	}

@@ -134,3 +134,44 @@ func TestConditionTransitionTimesMoveOnlyOnChange(t *testing.T) {
 	g.Expect(ok).To(BeTrue(), "conditions owned by others are kept")
 	g.Expect(ext.LastTransitionTime.Time).To(BeTemporally("==", t0.Add(-time.Hour)))
 }
+
+func TestConditionsNameTheCause(t *testing.T) {
+	t.Run("an unstable pull request is not mergeable, and says why", func(t *testing.T) {
+		g := NewWithT(t)
+		pr := approvedGreen(shaA)
+		pr.MergeState = agentsv1alpha1.MergeStateUnstable
+		d := Decide(withPR(t0, pr))
+		c, _ := cond(d, agentsv1alpha1.ConditionMergeable)
+		g.Expect(string(c.Status)).To(Equal("False"))
+		g.Expect(c.Reason).To(Equal(agentsv1alpha1.ReasonMergeUnstable))
+		g.Expect(c.Message).To(ContainSubstring("does not require is not green on #12"))
+		g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseApproved))
+	})
+	t.Run("a forge that cannot be read is said on Reconciling until it answers", func(t *testing.T) {
+		g := NewWithT(t)
+		s := newSim(running().Previous)
+		s.step(withPR(t0, failing(openPR(), shaA)))
+		down := withPR(t0.Add(time.Minute), PullRequestEvidence{ForgeError: "GET /graphql: 500 Internal Server Error", ForgeErrorReason: agentsv1alpha1.ReasonForgeUnavailable})
+		d := s.step(down)
+		g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseCIFailed), "the pull request it knew is kept")
+		g.Expect(d.Actions).To(BeEmpty())
+		rec, ok := cond(d, agentsv1alpha1.ConditionReconciling)
+		g.Expect(ok).To(BeTrue())
+		g.Expect(rec.Reason).To(Equal(agentsv1alpha1.ReasonForgeUnavailable))
+		g.Expect(rec.Message).To(HavePrefix("The forge cannot be read (GET /graphql: 500 Internal Server Error)"))
+		checkIdempotent(t, func() Input { in := down; in.Previous = s.status; return in }())
+
+		d = s.step(withPR(t0.Add(2*time.Minute), failing(openPR(), shaA)))
+		rec, _ = cond(d, agentsv1alpha1.ConditionReconciling)
+		g.Expect(rec.Reason).NotTo(Equal(agentsv1alpha1.ReasonForgeUnavailable))
+	})
+	t.Run("a restarted agent container is said on AgentRunning", func(t *testing.T) {
+		g := NewWithT(t)
+		for restarts, want := range map[int32]string{0: "The agent is running", 1: "The agent is running (its container restarted once)", 3: "The agent is running (its container restarted 3 times)"} {
+			in := running()
+			in.Pod.Restarts = restarts
+			c, _ := cond(Decide(in), agentsv1alpha1.ConditionAgentRunning)
+			g.Expect(c.Message).To(Equal(want))
+		}
+	})
+}

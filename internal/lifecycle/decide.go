@@ -373,6 +373,8 @@ func (e *eval) notMergeableWhy() string {
 		return "it is behind " + orDefault(p.baseBranch, "its base") + ", which must be up to date to merge"
 	case p.mergeState == agentsv1alpha1.MergeStateBlocked:
 		return "branch protection blocks the merge"
+	case p.mergeState == agentsv1alpha1.MergeStateUnstable:
+		return "a check the base does not require is not green"
 	case p.mergeState == agentsv1alpha1.MergeStateUnknown || p.mergeState == "":
 		return "the forge has not computed mergeability yet"
 	}

@@ -128,6 +128,11 @@ type PullRequestEvidence struct {
 	// the engine then keeps the pull request from the previous status and runs no reaction
 	// that needs fresh details.
 	Observed bool
+	// ForgeError says why the forge could not be read, when its last answer was an error
+	// (Observed is false then), and ForgeErrorReason classifies it (ForgeUnavailable,
+	// RateLimited, TokenRejected). The session says so in Reconciling until the forge answers.
+	ForgeError       string
+	ForgeErrorReason string
 	// Exists is false when the forge shows no pull request for the branch. A pull request the
 	// session already knows never disappears: Exists=false for a known number is treated as
 	// not observed.

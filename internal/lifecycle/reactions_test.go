@@ -46,6 +46,12 @@ func TestCIFailureEpisode(t *testing.T) {
 	g.Expect(d.Actions).To(BeEmpty())
 	g.Expect(d.Events).To(BeEmpty())
 
+	// 2b. CI re-runs on the same head (pending again) and fails again: the same attempt.
+	g.Expect(s.step(withPR(at(2), pending(openPR(), shaA))).Actions).To(BeEmpty())
+	d = s.step(withPR(at(3), failing(openPR(), shaA)))
+	g.Expect(d.Actions).To(BeEmpty(), "a re-run on the same head is not a new attempt")
+	g.Expect(s.reaction(agentsv1alpha1.TriggerCIFailed)).To(And(HaveField("Episode", shaA), HaveField("Attempts", int32(1))))
+
 	// 3. The agent pushed B; checks pending between pushes do not reset the episode.
 	d = s.step(withPR(at(5), pending(openPR(), shaB)))
 	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseReviewPending))
@@ -334,6 +340,7 @@ func TestMergeNeedsEveryCondition(t *testing.T) {
 		}},
 		{"conflicting", func(pr *PullRequestEvidence) { pr.MergeState = agentsv1alpha1.MergeStateDirty }},
 		{"blocked", func(pr *PullRequestEvidence) { pr.MergeState = agentsv1alpha1.MergeStateBlocked }},
+		{"unstable: a check the base does not require is not green", func(pr *PullRequestEvidence) { pr.MergeState = agentsv1alpha1.MergeStateUnstable }},
 		{"checks pending", func(pr *PullRequestEvidence) { pr.Checks.State = agentsv1alpha1.ChecksPending }},
 		{"review required", func(pr *PullRequestEvidence) { pr.ReviewDecision = agentsv1alpha1.ReviewRequired }},
 		{"mergeability unknown", func(pr *PullRequestEvidence) { pr.MergeState = agentsv1alpha1.MergeStateUnknown }},
@@ -592,4 +599,31 @@ func TestReactionMessageWaitsForRoom(t *testing.T) {
 	g.Expect(actionsOf(d, ActionSendToAgent)).To(HaveLen(1))
 	g.Expect(eventTypes(d)).To(ContainElement(agentsv1alpha1.EventCIFixFailed))
 	g.Expect(s.reaction(agentsv1alpha1.TriggerCIFailed).Attempts).To(Equal(int32(2)))
+}
+
+// TestAnotherPullRequestsMergeIsNotOurs: merged is read from the session's own pull request.
+// Another pull request merging into the base only moves ours behind it.
+func TestAnotherPullRequestsMergeIsNotOurs(t *testing.T) {
+	g := NewWithT(t)
+	s := newSim(running().Previous)
+	step := func(m int, pr PullRequestEvidence) Decision {
+		in := withPR(t0.Add(time.Duration(m)*time.Minute), pr)
+		in.Settings = mergeSettings()
+		return s.step(in)
+	}
+	green := approvedGreen(shaA)
+	green.BaseRequiresUpToDate = true
+	green.MergeState = agentsv1alpha1.MergeStateBlocked // the protection waits for something else
+	g.Expect(step(0, green).Phase).To(Equal(agentsv1alpha1.PhaseApproved))
+
+	// Someone else's pull request merged into main: ours is now behind it, and still open.
+	behind := green
+	behind.MergeState = agentsv1alpha1.MergeStateBehind
+	d := step(1, behind)
+	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseApproved))
+	g.Expect(eventTypes(d)).NotTo(ContainElements(agentsv1alpha1.EventPRMerged, agentsv1alpha1.EventMergeCompleted))
+	g.Expect(actionsOf(d, ActionMerge)).To(BeEmpty(), "behind a base that must be up to date")
+	mergeable, _ := cond(d, agentsv1alpha1.ConditionMergeable)
+	g.Expect(mergeable.Reason).To(Equal(agentsv1alpha1.ReasonBehindBase))
+	g.Expect(s.status.PullRequest.State).To(Equal(agentsv1alpha1.PullRequestOpen))
 }
