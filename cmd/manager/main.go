@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,13 +112,14 @@ type options struct {
 	secureMetrics   bool
 	enableHTTP2     bool
 
-	runnerAddr      string
-	webhookAddr     string
-	runnerURL       string
-	runnerService   string
-	runnerImage     string
-	agentImages     string
-	imagePullPolicy string
+	runnerAddr       string
+	managerPodLabels string
+	webhookAddr      string
+	runnerURL        string
+	runnerService    string
+	runnerImage      string
+	agentImages      string
+	imagePullPolicy  string
 
 	kubeAPIQPS    float64
 	kubeAPIBurst  int
@@ -134,6 +136,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS with authentication and authorization (needs the metrics-auth RBAC in config/rbac).")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics server (off by default: CVE-2023-44487, rapid reset).")
 	fs.StringVar(&o.runnerAddr, "runner-bind-address", ":8090", "Address the runner channel (agent pods → manager) binds to; \"0\" disables it.")
+	fs.StringVar(&o.managerPodLabels, "manager-pod-labels", "app.kubernetes.io/name=shepherd,app.kubernetes.io/component=manager",
+		"Labels of the manager's own pods (key=value,...): a Project's egress NetworkPolicy lets agent pods reach the pods with these labels in $POD_NAMESPACE on the runner port.")
 	fs.StringVar(&o.webhookAddr, "webhook-bind-address", ":8091", "Address the forge webhook receiver binds to; \"0\" disables it.")
 	fs.StringVar(&o.runnerURL, "runner-url", "", "URL of the runner channel as agent pods reach it; empty derives it from --runner-service.")
 	fs.StringVar(&o.runnerService, "runner-service", "shepherd-runner", "Service (in the manager's namespace, from $POD_NAMESPACE) that exposes the runner channel; its cluster IP becomes the runner URL, so agent pods need no cluster DNS.")
@@ -253,10 +257,15 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	podLabels, err := labels.ConvertSelectorToLabelsMap(o.managerPodLabels)
+	if err != nil {
+		return fmt.Errorf("--manager-pod-labels: %w (want key=value,...)", err)
+	}
 	ctx := ctrl.SetupSignalHandler()
 	if _, err := controller.Setup(ctx, mgr, controller.Config{
 		Options: controller.Options{
 			RunnerImage: o.runnerImage, AgentImages: images, RunnerURL: o.runnerURL, ImagePullPolicy: o.imagePullPolicy,
+			ManagerNamespace: os.Getenv("POD_NAMESPACE"), ManagerPodLabels: podLabels, RunnerPort: bindPort(o.runnerAddr),
 		},
 		RunnerBindAddress:  o.runnerAddr,
 		WebhookBindAddress: o.webhookAddr,
@@ -274,4 +283,17 @@ func run(o options) error {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
+}
+
+// bindPort is the port of a listen address such as ":8090" (0 when it has none).
+func bindPort(addr string) int32 {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(port, 10, 32)
+	if err != nil {
+		return 0
+	}
+	return int32(n)
 }

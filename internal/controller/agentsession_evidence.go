@@ -93,11 +93,27 @@ func runnerEvidence(r SessionReport, ok bool) lifecycle.RunnerEvidence {
 	return ev
 }
 
+// forgeErrorReason classifies a forge error for the session's Reconciling condition.
+func forgeErrorReason(err error) string {
+	switch {
+	case errors.Is(err, scm.ErrRateLimited):
+		return agentsv1alpha1.ReasonRateLimited
+	case errors.Is(err, scm.ErrTokenRejected), errors.Is(err, scm.ErrPermissionDenied):
+		return agentsv1alpha1.ReasonTokenRejected
+	case errors.Is(err, scm.ErrRepositoryNotFound):
+		return agentsv1alpha1.ReasonRepositoryNotFound
+	}
+	return agentsv1alpha1.ReasonForgeUnavailable
+}
+
 // pullRequestEvidence turns the poller's observation into evidence. Observed is false until the
 // forge answered, and while it errors: the lifecycle then keeps what it knew.
 func pullRequestEvidence(obs scm.Observation, found bool) lifecycle.PullRequestEvidence {
-	if !found || obs.CheckedAt.IsZero() || obs.Err != nil && !errors.Is(obs.Err, scm.ErrNotFound) {
+	if !found || obs.CheckedAt.IsZero() && obs.Err == nil {
 		return lifecycle.PullRequestEvidence{}
+	}
+	if obs.Err != nil && !errors.Is(obs.Err, scm.ErrNotFound) {
+		return lifecycle.PullRequestEvidence{ForgeError: obs.Err.Error(), ForgeErrorReason: forgeErrorReason(obs.Err)}
 	}
 	pr := obs.PullRequest
 	if pr == nil {

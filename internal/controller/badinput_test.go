@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -94,7 +95,7 @@ var _ = Describe("Bad input", func() {
 		Expect(a.status().Conditions).NotTo(HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue))
 	})
 
-	It("keeps a session going while the forge answers 500s, and catches up with the pull request after", func() {
+	It("keeps a session going while the forge answers 500s, says so on Reconciling, and catches up with the pull request after", func() {
 		w := newWorld()
 		// A token of its own: the outage hits this test's forge connection only.
 		gh.AddToken("ghp_flaky", "flaky-bot")
@@ -108,9 +109,13 @@ var _ = Describe("Bad input", func() {
 		pullRequestWithCheck().do(a)
 		a.expect(agentsv1alpha1.PhasePROpen)
 
-		gh.SetOutage("flaky-bot", http.StatusBadGateway)
+		gh.SetOutage("flaky-bot", http.StatusInternalServerError)
 		DeferCleanup(gh.SetOutage, "flaky-bot", 0)
 		a.check("failure") // CI fails while the forge cannot be read
+		By("the session says that the forge cannot be read")
+		Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionReconciling, metav1.ConditionTrue,
+			agentsv1alpha1.ReasonForgeUnavailable)))
+		Expect(meta.FindStatusCondition(a.status().Conditions, agentsv1alpha1.ConditionReconciling).Message).To(ContainSubstring("The forge cannot be read ("))
 		By("the agent's own reports still move the session")
 		a.report(agentsv1alpha1.ActivityWaitingForInput, question("Which API version?"))
 		a.expect(agentsv1alpha1.PhaseNeedsInput)
@@ -122,6 +127,37 @@ var _ = Describe("Bad input", func() {
 		gh.SetOutage("flaky-bot", 0)
 		a.expect(agentsv1alpha1.PhaseCIFailed)
 		Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("PullRequest.Checks", agentsv1alpha1.ChecksFailing))
+		Expect(a.status().Conditions).NotTo(ContainElement(HaveField("Reason", agentsv1alpha1.ReasonForgeUnavailable)))
+	})
+
+	It("errors a session whose agent image cannot be pulled, and restores it once the image is fixed", func() {
+		w := newWorld()
+		create(shortActivity(w.project()).Obj())
+		a := w.agent("badimage")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix the build").With(func(s *agentsv1alpha1.AgentSessionSpec) {
+			s.Agent = &agentsv1alpha1.AgentSpec{Image: "registry.example/no-such-image:1"}
+		}).Obj())
+		bad := a.pod()
+		Expect(bad.Spec.Containers[0].Image).To(Equal("registry.example/no-such-image:1"))
+		setPodStatus(bad, agentWaiting("ErrImagePull", "pull access denied for registry.example/no-such-image"))
+		a.expect(agentsv1alpha1.PhaseErrored)
+		Expect(a.status().Conditions).To(HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, agentsv1alpha1.ReasonImagePullFailed))
+		Eventually(podGone(w.ns, a.podName(), bad.UID)).Should(BeTrue())
+
+		By("the user fixes the image and restores the session (Stopped, then Running)")
+		update(session(w.ns, a.name), func(o *agentsv1alpha1.AgentSession) {
+			o.Spec.Agent.Image = "registry.example/agent:2"
+			o.Spec.State = agentsv1alpha1.SessionStopped
+		})
+		a.expect(agentsv1alpha1.PhaseStopped)
+		a.setState(agentsv1alpha1.SessionRunning)
+		Eventually(func() bool { return podExists(w.ns, a.podName())() && a.pod().UID != bad.UID }).Should(BeTrue())
+		Expect(a.pod().Spec.Containers[0].Image).To(Equal("registry.example/agent:2"))
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+		Expect(a.status().Conditions).NotTo(HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue))
+		Expect(a.status().Restores).To(Equal(int32(1)))
 	})
 
 	It("keeps a session going when a setup command fails, with SetupSucceeded=False on its Worktree", func() {
@@ -153,5 +189,25 @@ var _ = Describe("Bad input", func() {
 		})
 		a.expect(agentsv1alpha1.PhaseWorking)
 		Expect(a.status().Conditions).To(HaveCondition(agentsv1alpha1.ConditionWorkspaceReady, metav1.ConditionTrue))
+
+		By("the setup command is fixed on the Project; the session's next pod runs it and the Worktree recovers")
+		update(&agentsv1alpha1.Project{ObjectMeta: objMeta(w.ns, "widgets")}, func(p *agentsv1alpha1.Project) {
+			p.Spec.Workspace.Setup = []agentsv1alpha1.SetupCommand{{Name: "install", Command: []string{"npm", "ci", "--legacy-peer-deps"}}}
+		})
+		a.setState(agentsv1alpha1.SessionStopped)
+		a.expect(agentsv1alpha1.PhaseStopped)
+		Eventually(podGone(w.ns, a.podName(), pod.UID)).Should(BeTrue())
+		a.setState(agentsv1alpha1.SessionRunning)
+		Eventually(func() bool { return podExists(w.ns, a.podName())() && a.pod().UID != pod.UID }).Should(BeTrue())
+		Expect(a.pod().Spec.InitContainers).To(ContainElement(And(HaveField("Name", "prepare"),
+			HaveField("Args", ContainElement(ContainSubstring(`"command":["npm","ci","--legacy-peer-deps"]`))))))
+		a.prepare = preparedResult(a.branch(), workspace.Facts{}, workspace.SetupResult{State: agentsv1alpha1.SetupSucceeded})
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive, func(r *runnerapi.Report) {
+			r.Workspace = &runnerapi.WorkspaceReport{Setup: &runnerapi.SetupReport{State: agentsv1alpha1.SetupSucceeded}}
+		})
+		a.expect(agentsv1alpha1.PhaseWorking)
+		Eventually(worktreeStatus(w.ns, a.name)).Should(HaveField("Conditions",
+			HaveCondition(agentsv1alpha1.ConditionSetupSucceeded, metav1.ConditionTrue)))
 	})
 })

@@ -62,6 +62,13 @@ type Options struct {
 	AgentImages map[agentsv1alpha1.AgentType]string
 	// RunnerURL is the manager's runner endpoint as seen from agent pods.
 	RunnerURL string
+	// ManagerNamespace, ManagerPodLabels and RunnerPort locate the manager's pods for the
+	// egress NetworkPolicy of a Project that restricts egress: agent pods must still reach the
+	// runner channel. Without a namespace (a manager outside the cluster), the policy allows
+	// RunnerURL's host when it is an IP address.
+	ManagerNamespace string
+	ManagerPodLabels map[string]string
+	RunnerPort       int32
 	// ImagePullPolicy of the children's containers (IfNotPresent unless set).
 	ImagePullPolicy string
 	// AccessCheckInterval is how often a Project's repository access is re-checked.

@@ -3,6 +3,10 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/netip"
+	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -266,7 +270,7 @@ func (r *ProjectReconciler) reconcileEgressPolicy(ctx context.Context, s *projec
 	}
 	_, err := controllerutil.CreateOrPatch(ctx, r.Client, np, func() error {
 		np.Labels = mergeLabels(np.Labels, managedLabels(p.Name))
-		np.Spec = egressPolicySpec(p)
+		np.Spec = egressPolicySpec(p, r.Options)
 		return controllerutil.SetControllerReference(p, np, r.Scheme)
 	})
 	if err != nil {
@@ -275,13 +279,17 @@ func (r *ProjectReconciler) reconcileEgressPolicy(ctx context.Context, s *projec
 	return nil
 }
 
-// egressPolicySpec allows DNS and the Project's allowlist from its agent pods.
-func egressPolicySpec(p *agentsv1alpha1.Project) networkingv1.NetworkPolicySpec {
+// egressPolicySpec allows DNS, the manager's runner channel and the Project's allowlist from its
+// agent pods; everything else is denied.
+func egressPolicySpec(p *agentsv1alpha1.Project, o Options) networkingv1.NetworkPolicySpec {
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
 	dns := intstr.FromInt32(53)
 	rules := []networkingv1.NetworkPolicyEgressRule{{
 		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
 	}}
+	if r, ok := runnerEgressRule(o); ok {
+		rules = append(rules, r)
+	}
 	for _, a := range p.Spec.Network.Egress.Allow {
 		rule := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: a.CIDR}}}}
 		for _, port := range a.Ports {
@@ -297,6 +305,46 @@ func egressPolicySpec(p *agentsv1alpha1.Project) networkingv1.NetworkPolicySpec 
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
 		Egress:      rules,
 	}
+}
+
+// runnerEgressRule lets agent pods reach the runner channel: the manager's pods by namespace and
+// labels when it runs in the cluster (a NetworkPolicy sees the pod's port, not the Service's),
+// else RunnerURL's host when it is an IP address. A manager known only by a host name cannot be
+// allowed by a NetworkPolicy; docs/project.md says to list its address in egress.allow.
+func runnerEgressRule(o Options) (networkingv1.NetworkPolicyEgressRule, bool) {
+	tcp := corev1.ProtocolTCP
+	port := func(n int32) []networkingv1.NetworkPolicyPort {
+		if n <= 0 {
+			return nil
+		}
+		p := intstr.FromInt32(n)
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
+	}
+	if o.ManagerNamespace != "" && len(o.ManagerPodLabels) > 0 {
+		return networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: o.ManagerNamespace}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(o.ManagerPodLabels)},
+			}},
+			Ports: port(o.RunnerPort),
+		}, true
+	}
+	u, err := url.Parse(o.RunnerURL)
+	if err != nil || u.Host == "" {
+		return networkingv1.NetworkPolicyEgressRule{}, false
+	}
+	ip, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		return networkingv1.NetworkPolicyEgressRule{}, false
+	}
+	n, _ := strconv.ParseInt(u.Port(), 10, 32)
+	if n == 0 {
+		n = map[string]int64{"http": 80, "https": 443}[u.Scheme]
+	}
+	return networkingv1.NetworkPolicyEgressRule{
+		To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: netip.PrefixFrom(ip, ip.BitLen()).String()}}},
+		Ports: port(int32(n)),
+	}, true
 }
 
 // claimSpec is a PersistentVolumeClaim spec from a Project's storage with an override.

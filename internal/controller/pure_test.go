@@ -197,6 +197,8 @@ func TestPullRequestEvidence(t *testing.T) {
 		},
 		Reviews: []scm.Review{{ID: "r1", Author: "rev", State: scm.ReviewStateChangesRequested, SubmittedAt: t0}},
 	}
+	downErr := &scm.APIError{Kind: scm.ErrUnavailable, Status: 502}
+	limitErr := &scm.RateLimitError{Resource: "graphql"}
 	cases := []struct {
 		name  string
 		obs   scm.Observation
@@ -205,10 +207,14 @@ func TestPullRequestEvidence(t *testing.T) {
 	}{
 		{"not watched yet", scm.Observation{}, false, lifecycle.PullRequestEvidence{}},
 		{"never answered", scm.Observation{}, true, lifecycle.PullRequestEvidence{}},
-		{"the forge is down: not observed", scm.Observation{CheckedAt: checked, Err: &scm.APIError{Kind: scm.ErrUnavailable, Status: 502}}, true,
-			lifecycle.PullRequestEvidence{}},
-		{"rate limited: not observed", scm.Observation{CheckedAt: checked, Err: &scm.RateLimitError{Resource: "graphql"}}, true,
-			lifecycle.PullRequestEvidence{}},
+		{"the forge is down: not observed, and said", scm.Observation{CheckedAt: checked, Err: downErr}, true,
+			lifecycle.PullRequestEvidence{ForgeError: downErr.Error(), ForgeErrorReason: agentsv1alpha1.ReasonForgeUnavailable}},
+		{"the forge was down from the first read", scm.Observation{Err: downErr}, true,
+			lifecycle.PullRequestEvidence{ForgeError: downErr.Error(), ForgeErrorReason: agentsv1alpha1.ReasonForgeUnavailable}},
+		{"rate limited: not observed, and said", scm.Observation{CheckedAt: checked, Err: limitErr}, true,
+			lifecycle.PullRequestEvidence{ForgeError: limitErr.Error(), ForgeErrorReason: agentsv1alpha1.ReasonRateLimited}},
+		{"the token was revoked", scm.Observation{CheckedAt: checked, Err: scm.ErrTokenRejected}, true,
+			lifecycle.PullRequestEvidence{ForgeError: scm.ErrTokenRejected.Error(), ForgeErrorReason: agentsv1alpha1.ReasonTokenRejected}},
 		{"the forge says there is none", scm.Observation{CheckedAt: checked, Err: scm.ErrNotFound}, true,
 			lifecycle.PullRequestEvidence{Observed: true}},
 		{"no pull request for the branch yet", scm.Observation{CheckedAt: checked}, true, lifecycle.PullRequestEvidence{Observed: true}},

@@ -147,7 +147,8 @@ func checkSessionEnd(ctx context.Context, c *cluster, run *sessionRun) {
 			reasons = append(reasons, e.Reason)
 		}
 	}
-	Expect(reasons).To(ContainElements("PullRequestOpened", "ChecksFailed", "ChangesRequested"))
+	Expect(reasons).To(ContainElements(agentsv1alpha1.ReasonPullRequestOpened, agentsv1alpha1.ReasonChecksFailed, agentsv1alpha1.ReasonChecksPassed,
+		agentsv1alpha1.ReasonChangesRequested, agentsv1alpha1.ReasonApproved, agentsv1alpha1.ReasonMergeCompleted, agentsv1alpha1.ReasonPullRequestMerged))
 
 	By("the webhook notifier delivered signed notifications, each once")
 	Eventually(run.notices.Types).WithTimeout(time.Minute).Should(ContainElement(string(agentsv1alpha1.EventPRMerged)))
