@@ -135,6 +135,28 @@ func (s *Server) SetProtection(full string, p Protection) error {
 	return nil
 }
 
+// SetDefaultBranch renames the repository's default branch to an existing branch, as the
+// repository settings do (the bare repository's HEAD follows, so clones check it out).
+func (s *Server) SetDefaultBranch(full, branch string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.repo(full)
+	if r == nil {
+		return fmt.Errorf("repository %s: %w", full, ErrNotFound)
+	}
+	if _, err := s.refreshRefs(r); err != nil {
+		return err
+	}
+	if r.refs[branch] == "" {
+		return fmt.Errorf("branch %s of %s: %w", branch, full, ErrNotFound)
+	}
+	if _, err := git(s.gitDir(r), nil, nil, "symbolic-ref", "HEAD", "refs/heads/"+branch); err != nil {
+		return err
+	}
+	r.DefaultBranch = branch
+	return nil
+}
+
 // CheckRun describes a check run to create or update.
 type CheckRun struct {
 	Name string

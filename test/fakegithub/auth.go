@@ -158,6 +158,7 @@ func (s *Server) createInstallationToken(w http.ResponseWriter, r *http.Request,
 	_, _ = rand.Read(b)
 	tok := "ghs_" + hex.EncodeToString(b)
 	s.tokens[tok] = id
+	s.stats.InstallationTokens++
 	selection := "all"
 	if id.repos != nil {
 		selection = "selected"

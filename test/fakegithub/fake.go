@@ -90,6 +90,8 @@ type Stats struct {
 	SecondaryRefused int
 	// Unauthorized counts requests with missing or bad credentials.
 	Unauthorized int
+	// InstallationTokens counts installation tokens minted for GitHub Apps.
+	InstallationTokens int
 	// ByRoute counts REST requests by route ("GET /repos/{o}/{r}/pulls/{n}"), 304s included.
 	ByRoute map[string]int
 	// Webhooks counts webhook deliveries by event.

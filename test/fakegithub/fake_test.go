@@ -2,6 +2,9 @@ package fakegithub
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v4"
 	. "github.com/onsi/gomega"
 )
 
@@ -17,12 +21,16 @@ import (
 type recorder struct {
 	mu   sync.Mutex
 	byEv map[string][][]byte
+	// sigs are the X-Hub-Signature-256 headers, in the order of byEv's bodies.
+	sigs map[string][]string
 }
 
 func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	b, _ := io.ReadAll(req.Body)
+	ev := req.Header.Get("X-GitHub-Event")
 	r.mu.Lock()
-	r.byEv[req.Header.Get("X-GitHub-Event")] = append(r.byEv[req.Header.Get("X-GitHub-Event")], b)
+	r.byEv[ev] = append(r.byEv[ev], b)
+	r.sigs[ev] = append(r.sigs[ev], req.Header.Get("X-Hub-Signature-256"))
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusAccepted)
 }
@@ -32,7 +40,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func world(t *testing.T) (*Server, *recorder, int) {
 	t.Helper()
 	g := NewWithT(t)
-	rec := &recorder{byEv: map[string][][]byte{}}
+	rec := &recorder{byEv: map[string][][]byte{}, sigs: map[string][]string{}}
 	s, err := New(Options{Dir: t.TempDir(), WebhookHandler: rec, WebhookSecret: []byte("s3cret")})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.Start("127.0.0.1:0")).To(Succeed())
@@ -123,13 +131,68 @@ func TestWebhookPayloadsKeepGitHubShapes(t *testing.T) {
 	} {
 		bodies := rec.byEv[event]
 		g.Expect(bodies).NotTo(BeEmpty(), event)
-		for _, b := range bodies {
+		for i, b := range bodies {
 			expectShape(t, fixture, b)
+			// Deliveries are signed with the secret: sha256= and the hex HMAC-SHA256 of the body.
+			mac := hmac.New(sha256.New, []byte("s3cret"))
+			mac.Write(b)
+			g.Expect(rec.sigs[event][i]).To(Equal("sha256="+hex.EncodeToString(mac.Sum(nil))), event)
 		}
 	}
-	// Deliveries are signed with the secret.
 	d := s.Deliveries()[0]
 	g.Expect(d.ID).To(MatchRegexp(`^[0-9a-f-]{36}$`))
+}
+
+func TestLabelsAndInstallationTokenKeepGitHubShapes(t *testing.T) {
+	g := NewWithT(t)
+	s, _, _ := world(t)
+	send := func(method, path, auth, body string, want int) []byte {
+		req, _ := http.NewRequest(method, s.URL()+path, strings.NewReader(body))
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		g.Expect(resp.StatusCode).To(Equal(want), string(b))
+		return b
+	}
+	added := send(http.MethodPost, "/repos/octocat/Hello-World/issues/2/labels", "Bearer tok", `{"labels": ["agent:backlog"]}`, http.StatusOK)
+	expectShape(t, "rest/labels.json", added)
+	g.Expect(added).To(ContainSubstring(`"name":"agent:backlog"`))
+	expectShape(t, "rest/labels.json", send(http.MethodDelete, "/repos/octocat/Hello-World/issues/2/labels/bug", "Bearer tok", "", http.StatusOK))
+
+	key, err := NewAppKey()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.AddApp(42, 4242, "octocat", key)).To(Succeed())
+	priv, err := jwt.ParseRSAPrivateKeyFromPEM(key)
+	g.Expect(err).NotTo(HaveOccurred())
+	now := time.Now()
+	signed, err := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.RegisteredClaims{
+		Issuer: "42", IssuedAt: jwt.NewNumericDate(now.Add(-time.Minute)), ExpiresAt: jwt.NewNumericDate(now.Add(5 * time.Minute)),
+	}).SignedString(priv)
+	g.Expect(err).NotTo(HaveOccurred())
+	before := s.Stats().InstallationTokens
+	scoped := send(http.MethodPost, "/app/installations/4242/access_tokens", "Bearer "+signed,
+		`{"repositories": ["Hello-World"], "permissions": {"contents": "write"}}`, http.StatusCreated)
+	expectShape(t, "rest/installation-token.json", scoped)
+	missing, err := MissingFields(scoped, "token", "expires_at", "permissions.contents", "repository_selection", "repositories.[].full_name")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(missing).To(BeEmpty())
+	// Without a body the token gets the installation's permissions. GitHub's example lists two of
+	// them; the others are further keys of the same object, each "read" or "write".
+	var whole map[string]any
+	g.Expect(json.Unmarshal(send(http.MethodPost, "/app/installations/4242/access_tokens", "Bearer "+signed, "", http.StatusCreated), &whole)).To(Succeed())
+	perms, ok := whole["permissions"].(map[string]any)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(perms).NotTo(BeEmpty())
+	for name, level := range perms {
+		g.Expect(level).To(BeElementOf("read", "write"), name)
+	}
+	delete(whole, "permissions")
+	rest, err := json.Marshal(whole)
+	g.Expect(err).NotTo(HaveOccurred())
+	expectShape(t, "rest/installation-token.json", rest)
+	g.Expect(s.Stats().InstallationTokens - before).To(Equal(2))
 }
 
 func TestGraphQLAnswerKeepsGitHubShape(t *testing.T) {

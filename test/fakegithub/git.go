@@ -311,11 +311,15 @@ func (s *Server) setPullRef(base *Repo, p *pull) error {
 	return nil
 }
 
-// mergeCommit merges head into base the GitHub way (merge: two parents; squash and rebase: one
-// commit on the base) and moves the base branch. conflict is true when it cannot.
+// mergeCommit merges head into base the GitHub way (merge: a commit with two parents; squash:
+// one commit on the base; rebase: each commit of the head replayed onto the base) and moves the
+// base branch. conflict is true when it cannot.
 func (s *Server) mergeCommit(r *Repo, baseRef, headSHA, method, title string) (sha string, conflict bool, err error) {
 	dir := s.gitDir(r)
 	baseSHA := r.refs[baseRef]
+	if method == "rebase" {
+		return s.rebaseCommits(dir, baseRef, baseSHA, headSHA)
+	}
 	out, err := git(dir, nil, nil, "merge-tree", "--write-tree", "--name-only", "--no-messages", baseSHA, headSHA)
 	if err != nil {
 		if strings.Contains(err.Error(), "exit status 1") {
@@ -337,6 +341,55 @@ func (s *Server) mergeCommit(r *Repo, baseRef, headSHA, method, title string) (s
 		return "", false, err
 	}
 	return sha, false, nil
+}
+
+// rebaseCommits is GitHub's "rebase and merge": every commit of the head that the base lacks
+// (merge commits left out) is added onto the base individually, keeping its author and message
+// but with GitHub as the committer, so every commit gets a new SHA even when the base has not
+// moved. The base ends at the last of them, which is what merge_commit_sha reports.
+func (s *Server) rebaseCommits(dir, baseRef, baseSHA, headSHA string) (sha string, conflict bool, err error) {
+	out, err := git(dir, nil, nil, "rev-list", "--reverse", "--no-merges", baseSHA+".."+headSHA)
+	if err != nil {
+		return "", false, err
+	}
+	commits := strings.Fields(out)
+	if len(commits) == 0 {
+		return "", true, nil // nothing to rebase: GitHub refuses such a merge
+	}
+	committer := []string{"GIT_COMMITTER_NAME=GitHub", "GIT_COMMITTER_EMAIL=noreply@github.com"}
+	parent := baseSHA
+	for _, c := range commits {
+		// Replaying the commits one by one onto the base ends at the tree of a three-way merge of
+		// the base and that commit (without conflicts, which abort the whole rebase), so each
+		// replayed commit's tree is that merge.
+		treeOut, err := git(dir, nil, nil, "merge-tree", "--write-tree", "--name-only", "--no-messages", baseSHA, c)
+		if err != nil {
+			if strings.Contains(err.Error(), "exit status 1") {
+				return "", true, nil
+			}
+			return "", false, err
+		}
+		tree := strings.TrimSpace(strings.SplitN(treeOut, "\n", 2)[0])
+		meta, err := git(dir, nil, nil, "show", "-s", "--format=%an%x00%ae%x00%ad%x00%B", "--date=raw", c)
+		if err != nil {
+			return "", false, err
+		}
+		f := strings.SplitN(meta, "\x00", 4)
+		if len(f) != 4 {
+			return "", false, fmt.Errorf("commit %s: unexpected metadata %q", c, meta)
+		}
+		env := append([]string{"GIT_AUTHOR_NAME=" + f[0], "GIT_AUTHOR_EMAIL=" + f[1], "GIT_AUTHOR_DATE=" + f[2]}, committer...)
+		msg := strings.TrimRight(f[3], "\n")
+		next, err := git(dir, []byte(msg+"\n"), env, "commit-tree", tree, "-p", parent)
+		if err != nil {
+			return "", false, err
+		}
+		parent = strings.TrimSpace(next)
+	}
+	if _, err := git(dir, nil, nil, "update-ref", "refs/heads/"+baseRef, parent, baseSHA); err != nil {
+		return "", false, err
+	}
+	return parent, false, nil
 }
 
 // onPush is test/gitserver's hook: it syncs pull request heads with the pushed branches and

@@ -42,7 +42,7 @@ func TestConvertDocumentedRESTPullRequest(t *testing.T) {
 
 // fixtureServer answers every GraphQL request with one documented response and every REST
 // request with 404.
-func fixtureServer(t *testing.T, body []byte) *Provider {
+func fixtureServer(t *testing.T, body []byte, opts ...func(*scm.Config)) *Provider {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/graphql" {
@@ -53,7 +53,11 @@ func fixtureServer(t *testing.T, body []byte) *Provider {
 		_, _ = w.Write(body)
 	}))
 	t.Cleanup(srv.Close)
-	p, err := New(scm.Config{APIURL: srv.URL, Token: []byte("t"), Clock: scmtest.NewClock()})
+	cfg := scm.Config{APIURL: srv.URL, Token: []byte("t"), Clock: scmtest.NewClock()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p, err := New(cfg)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return p
 }
@@ -110,11 +114,70 @@ func TestParseDocumentedGraphQLNotFound(t *testing.T) {
 
 func TestParseDocumentedGraphQLRateLimited(t *testing.T) {
 	g := NewWithT(t)
-	p := fixtureServer(t, fakegithub.Fixture("graphql/rate-limited.json"))
+	m := newMetrics(t)
+	clock := scmtest.NewClock()
+	p := fixtureServer(t, fakegithub.Fixture("graphql/rate-limited.json"), func(c *scm.Config) { c.Metrics, c.Clock = m, clock })
 	_, err := p.Refresh(ctx, []scm.RefreshRequest{{Ref: scm.PRRef{Repo: scm.Repo{Owner: "o", Name: "r"}, Number: 1}}})
 	var rl *scm.RateLimitError
 	g.Expect(errors.As(err, &rl)).To(BeTrue())
 	g.Expect(rl.Resource).To(Equal("graphql"))
+	// The answer is a 200, but a refusal: counted as rate limited, never as ok. Without a known
+	// reset the adapter waits a minute once, then reports.
+	g.Expect(clock.Sleeps()).To(Equal([]time.Duration{time.Minute}))
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.probe", scm.OutcomeRateLimited)).To(Equal(2.0))
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.probe", scm.OutcomeOK)).To(Equal(0.0))
+}
+
+// restFixtureServer answers the listed "METHOD /path" routes with documented bodies and
+// everything else with 404.
+func restFixtureServer(t *testing.T, routes map[string]fixtureAnswer) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := routes[r.Method+" "+r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(a.status)
+		_, _ = w.Write(a.body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+type fixtureAnswer struct {
+	status int
+	body   []byte
+}
+
+func TestParseDocumentedRepository(t *testing.T) {
+	g := NewWithT(t)
+	url := restFixtureServer(t, map[string]fixtureAnswer{
+		"GET /repos/octocat/Hello-World": {http.StatusOK, fakegithub.Fixture("rest/repository.json")},
+	})
+	p, err := New(scm.Config{APIURL: url, Token: []byte("t"), Clock: scmtest.NewClock()})
+	g.Expect(err).NotTo(HaveOccurred())
+	repo := scm.Repo{Owner: "octocat", Name: "Hello-World"}
+	info, err := p.CheckAccess(ctx, repo)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(info).To(Equal(scm.RepoInfo{Repo: repo, DefaultBranch: "master", Private: false, CanPush: false}),
+		"GitHub's example grants pull only: no push")
+}
+
+func TestParseDocumentedInstallationToken(t *testing.T) {
+	g := NewWithT(t)
+	key, err := fakegithub.NewAppKey()
+	g.Expect(err).NotTo(HaveOccurred())
+	url := restFixtureServer(t, map[string]fixtureAnswer{
+		"POST /app/installations/4242/access_tokens": {http.StatusCreated, fakegithub.Fixture("rest/installation-token.json")},
+	})
+	p, err := New(scm.Config{APIURL: url, App: &scm.AppCredentials{AppID: 42, InstallationID: 4242, PrivateKey: key}, Clock: scmtest.NewClock()})
+	g.Expect(err).NotTo(HaveOccurred())
+	cred, err := p.PushCredential(ctx, scm.Repo{Owner: "octocat", Name: "Hello-World"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cred).To(Equal(scm.Credential{Username: "x-access-token", Password: "ghs_16C7e42F292c6912E7710c838347Ae178B4a",
+		ExpiresAt: time.Date(2016, 7, 11, 22, 14, 10, 0, time.UTC)}))
 }
 
 func TestLogExcerpt(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,6 +172,114 @@ func TestMergeGuardedByHead(t *testing.T) {
 	g.Expect(got.MergeState).To(Equal(scm.MergeStateDirty))
 	_, err = e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{ExpectedHeadSHA: moved})
 	g.Expect(errors.Is(err, scm.ErrNotMergeable)).To(BeTrue())
+}
+
+func TestUnstableMergeState(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	// A required check passes, an optional one fails and no review is required: GitHub's
+	// mergeStateStatus is UNSTABLE ("mergeable with non-passing commit status").
+	g.Expect(e.fake.SetProtection(e.full, fakegithub.Protection{RequiredChecks: []string{"build"}})).To(Succeed())
+	pr := e.open(t, "feature", false)
+	_, err := e.fake.AddCheckRun(e.full, pr.HeadSHA, fakegithub.CheckRun{Name: "build", Conclusion: "success"})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.fake.AddCheckRun(e.full, pr.HeadSHA, fakegithub.CheckRun{Name: "lint", Conclusion: "failure"})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	got := e.get(t, pr.Number)
+	g.Expect(got.Mergeable).To(Equal(scm.MergeableTrue))
+	g.Expect(got.MergeState).To(Equal(scm.MergeStateUnstable))
+	g.Expect(got.Status().MergeState).To(BeEquivalentTo("Unstable"))
+	g.Expect(got.ReviewDecision).To(Equal(scm.ReviewNone))
+	g.Expect(got.Checks.State).To(Equal(scm.ChecksPassing), "only the optional check fails")
+	g.Expect(got.Checks.Passed).To(Equal(1))
+	g.Expect(got.Checks.Failed).To(Equal(1))
+	g.Expect(got.Checks.RequiredFailed).To(Equal(0))
+	g.Expect(got.Checks.FailedChecks).To(HaveLen(1))
+	g.Expect(got.Checks.FailedChecks[0].Name).To(Equal("lint"))
+	g.Expect(got.Checks.FailedChecks[0].Required).To(BeFalse())
+
+	// A single pull request read over REST says the same through mergeable_state "unstable"
+	// (the list endpoint carries no mergeability at all).
+	rest, err := e.p.getREST(ctx, e.repo, pr.Number)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rest.Mergeable).To(Equal(scm.MergeableTrue))
+	g.Expect(rest.MergeState).To(Equal(scm.MergeStateUnstable))
+
+	// GitHub merges an unstable pull request: the failing check is not required.
+	res, err := e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{Method: scm.MergeSquash, ExpectedHeadSHA: pr.HeadSHA})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.SHA).To(Equal(e.fake.Branch(e.full, "main")))
+}
+
+// gitOut runs git in dir and returns its trimmed output.
+func gitOut(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred(), string(out))
+	return strings.TrimSpace(string(out))
+}
+
+func TestMergeMethods(t *testing.T) {
+	for _, method := range []scm.MergeMethod{scm.MergeMerge, scm.MergeSquash, scm.MergeRebase} {
+		t.Run(string(method), func(t *testing.T) {
+			g := NewWithT(t)
+			e := newEnv(t)
+			dir := e.fake.GitDir(e.full)
+			first, err := e.fake.Push(e.full, "feature", map[string]string{"one.txt": "one\n"}, "Add one")
+			g.Expect(err).NotTo(HaveOccurred())
+			pr, err := e.p.CreatePullRequest(ctx, e.repo, scm.NewPullRequest{Head: scm.Head{Branch: "feature"}, Base: "main", Title: "Two files", Body: "body"})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pr.HeadSHA).To(Equal(first))
+			head, err := e.fake.Push(e.full, "feature", map[string]string{"two.txt": "two\n"}, "Add two")
+			g.Expect(err).NotTo(HaveOccurred())
+			// The base moves on a file the head does not touch: every method has to combine both.
+			base, err := e.fake.Push(e.full, "main", map[string]string{"base.txt": "base\n"}, "Move main")
+			g.Expect(err).NotTo(HaveOccurred())
+
+			// The guard holds for every method: the head moved since pr was read.
+			_, err = e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{Method: method, ExpectedHeadSHA: pr.HeadSHA})
+			g.Expect(errors.Is(err, scm.ErrHeadChanged)).To(BeTrue(), "%v", err)
+			g.Expect(e.fake.Branch(e.full, "main")).To(Equal(base))
+
+			res, err := e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{Method: method, ExpectedHeadSHA: head})
+			g.Expect(err).NotTo(HaveOccurred())
+			main := e.fake.Branch(e.full, "main")
+			g.Expect(res.SHA).To(Equal(main), "GitHub answers with the commit the base now points at")
+			got := e.get(t, pr.Number)
+			g.Expect(got.State).To(Equal(scm.StateMerged))
+			g.Expect(got.MergeCommitSHA).To(Equal(main))
+			info, err := e.fake.PullRequest(e.full, pr.Number)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(info.Merged).To(BeTrue())
+			g.Expect(gitOut(t, dir, "ls-tree", "--name-only", main)).To(Equal("README.md\nbase.txt\nmain.go\none.txt\ntwo.txt"))
+
+			parents := strings.Fields(gitOut(t, dir, "rev-list", "--parents", "-n", "1", main))[1:]
+			switch method {
+			case scm.MergeMerge:
+				g.Expect(parents).To(Equal([]string{base, head}), "a merge commit on the base with the head as second parent")
+			case scm.MergeSquash:
+				g.Expect(parents).To(Equal([]string{base}), "one commit on the base")
+				g.Expect(gitOut(t, dir, "log", "-1", "--format=%s", main)).To(Equal("Two files (#1)"))
+			case scm.MergeRebase:
+				// Each commit added onto the base individually, with a new SHA, no merge commit.
+				g.Expect(gitOut(t, dir, "rev-parse", main+"~2")).To(Equal(base))
+				g.Expect(gitOut(t, dir, "log", "--format=%s", base+".."+main)).To(Equal("Add two\nAdd one"))
+				g.Expect(gitOut(t, dir, "rev-list", "--merges", base+".."+main)).To(BeEmpty())
+				replayed := strings.Fields(gitOut(t, dir, "rev-list", base+".."+main))
+				g.Expect(replayed).NotTo(ContainElement(head))
+				g.Expect(replayed).NotTo(ContainElement(first))
+			}
+
+			// A retry after a lost answer returns the same commit with the same method.
+			again, err := e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{Method: method, ExpectedHeadSHA: head})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(again.SHA).To(Equal(res.SHA))
+			g.Expect(e.fake.Branch(e.full, "main")).To(Equal(main))
+		})
+	}
 }
 
 func TestRealConflictFromGit(t *testing.T) {
@@ -395,11 +505,65 @@ func TestETagRevalidationIsFree(t *testing.T) {
 	g.Expect(testutil.ToFloat64(m.Requests.WithLabelValues("github", "rest", "repos.get", "ok"))).To(Equal(1.0))
 	g.Expect(testutil.ToFloat64(m.RateLimitRemaining.WithLabelValues("github", "token", "core"))).To(Equal(float64(remaining)))
 
-	// A change answers 200 again.
+	// A change answers 200 again, with the new value, and is revalidated from then on.
+	e.branch(t, e.full, "trunk")
+	g.Expect(e.fake.SetDefaultBranch(e.full, "trunk")).To(Succeed())
+	info, err := p.CheckAccess(ctx, e.repo)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(info.DefaultBranch).To(Equal("trunk"))
+	g.Expect(testutil.ToFloat64(m.Requests.WithLabelValues("github", "rest", "repos.get", "ok"))).To(Equal(2.0))
+	g.Expect(e.fake.Stats().RESTCounted - after.RESTCounted).To(Equal(1))
+	info, err = p.CheckAccess(ctx, e.repo)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(info.DefaultBranch).To(Equal("trunk"))
+	g.Expect(testutil.ToFloat64(m.Requests.WithLabelValues("github", "rest", "repos.get", "not_modified"))).To(Equal(4.0))
+
 	e.open(t, "feature", false)
 	_, err = p.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: 1}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(testutil.ToFloat64(m.GraphQLPoints.WithLabelValues("github", "token", "pulls.read"))).To(Equal(1.0))
+}
+
+func TestBranchLookupRevalidatesWithETag(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	p, m := e.counted(t, 0)
+	e.branch(t, e.full, "feature")
+	in := scm.NewPullRequest{Head: scm.Head{Branch: "feature"}, Base: "main", Title: "Feature", Body: "body"}
+	created, err := p.CreatePullRequest(ctx, e.repo, in) // lists (none open) and creates
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = p.CreatePullRequest(ctx, e.repo, in) // lists again: the answer changed
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(requests(m, scm.KindREST, "pulls.list_by_head", scm.OutcomeOK)).To(Equal(2.0))
+
+	// Unchanged: the lookup of the branch's pull request is a free 304 every time.
+	before := e.fake.Stats()
+	for i := 0; i < 3; i++ {
+		again, err := p.CreatePullRequest(ctx, e.repo, in)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(again.Number).To(Equal(created.Number))
+		g.Expect(again.Title).To(Equal("Feature"))
+	}
+	after := e.fake.Stats()
+	g.Expect(after.NotModified - before.NotModified).To(Equal(3))
+	g.Expect(after.RESTCounted).To(Equal(before.RESTCounted))
+	g.Expect(requests(m, scm.KindREST, "pulls.list_by_head", scm.OutcomeNotModified)).To(Equal(3.0))
+	g.Expect(testutil.ToFloat64(m.NotModified.WithLabelValues("github", "pulls.list_by_head"))).To(Equal(3.0))
+	g.Expect(requests(m, scm.KindREST, "pulls.create", scm.OutcomeOK)).To(Equal(1.0))
+
+	// A new title on GitHub changes the answer: 200 with the new value, then 304s again.
+	title := "Renamed on GitHub"
+	_, err = e.p.UpdatePullRequest(ctx, e.repo, created.Number, scm.PullRequestUpdate{Title: &title})
+	g.Expect(err).NotTo(HaveOccurred())
+	in.Title = title
+	got, err := p.CreatePullRequest(ctx, e.repo, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Title).To(Equal(title))
+	g.Expect(requests(m, scm.KindREST, "pulls.list_by_head", scm.OutcomeOK)).To(Equal(3.0))
+	g.Expect(requests(m, scm.KindREST, "pulls.update", scm.OutcomeOK)).To(Equal(0.0), "nothing to update: the answer was fresh")
+	_, err = p.CreatePullRequest(ctx, e.repo, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(requests(m, scm.KindREST, "pulls.list_by_head", scm.OutcomeNotModified)).To(Equal(4.0))
 }
 
 func TestPrimaryRateLimitWaitsUntilReset(t *testing.T) {
@@ -407,21 +571,24 @@ func TestPrimaryRateLimitWaitsUntilReset(t *testing.T) {
 	e := newEnv(t)
 	e.fake.ExhaustPrimary(testToken, "core")
 	// The first refusal tells the reset; with MaxWait beyond it the adapter sleeps and retries.
-	p, err := New(scm.Config{APIURL: e.fake.URL(), Token: []byte(testToken), Clock: e.clock, MaxWait: 2 * time.Hour})
-	g.Expect(err).NotTo(HaveOccurred())
+	p, m := e.counted(t, 2*time.Hour)
 	start := e.clock.Now()
-	_, err = p.CheckAccess(ctx, e.repo)
+	_, err := p.CheckAccess(ctx, e.repo)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(e.clock.Sleeps()).To(HaveLen(1))
 	g.Expect(e.clock.Now().Sub(start)).To(BeNumerically("~", time.Hour, 2*time.Second))
 	g.Expect(e.fake.Stats().PrimaryRefused).To(Equal(1), "one refusal, then a wait: no hammering")
+	g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeRateLimited)).To(Equal(1.0))
+	g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeOK)).To(Equal(1.0))
+	g.Expect(testutil.ToFloat64(m.RateLimitWaits.WithLabelValues("github", "token", "primary"))).To(Equal(1.0))
 }
 
 func TestPrimaryRateLimitReportedBeyondMaxWait(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t)
 	e.fake.ExhaustPrimary(testToken, "core")
-	_, err := e.p.CheckAccess(ctx, e.repo)
+	p, m := e.counted(t, 0)
+	_, err := p.CheckAccess(ctx, e.repo)
 	var rl *scm.RateLimitError
 	g.Expect(errors.As(err, &rl)).To(BeTrue())
 	g.Expect(errors.Is(err, scm.ErrRateLimited)).To(BeTrue())
@@ -430,11 +597,14 @@ func TestPrimaryRateLimitReportedBeyondMaxWait(t *testing.T) {
 	g.Expect(scm.RetryAfter(err)).To(Equal(rl.Reset))
 	// Later calls are refused locally until the reset: GitHub sees one refused request only.
 	for i := 0; i < 5; i++ {
-		_, err = e.p.CheckAccess(ctx, e.repo)
+		_, err = p.CheckAccess(ctx, e.repo)
 		g.Expect(errors.Is(err, scm.ErrRateLimited)).To(BeTrue())
 	}
 	g.Expect(e.fake.Stats().PrimaryRefused).To(Equal(1))
 	g.Expect(e.clock.Sleeps()).To(BeEmpty())
+	g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeRateLimited)).To(Equal(1.0))
+	g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeRefusedBeforeSend)).To(Equal(5.0))
+	g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeOK)).To(Equal(0.0))
 }
 
 func TestSecondaryRateLimits(t *testing.T) {
@@ -450,27 +620,100 @@ func TestSecondaryRateLimits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			e := newEnv(t)
+			p, m := e.counted(t, 0)
 			e.fake.ForceSecondaryLimit(1, tc.status, tc.retryAfter)
-			_, err := e.p.CheckAccess(ctx, e.repo)
+			_, err := p.CheckAccess(ctx, e.repo)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(e.clock.Sleeps()).To(Equal([]time.Duration{tc.wantWait}))
 			g.Expect(e.fake.Stats().SecondaryRefused).To(Equal(1))
+			g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeSecondaryLimited)).To(Equal(1.0))
+			g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeOK)).To(Equal(1.0))
+			g.Expect(testutil.ToFloat64(m.RateLimitWaits.WithLabelValues("github", "token", "secondary"))).To(Equal(1.0))
 		})
 	}
 	t.Run("persistent limit is reported", func(t *testing.T) {
 		g := NewWithT(t)
 		e := newEnv(t)
+		p, m := e.counted(t, 0)
 		e.fake.ForceSecondaryLimit(2, http.StatusForbidden, 20*time.Second)
-		_, err := e.p.CheckAccess(ctx, e.repo)
+		_, err := p.CheckAccess(ctx, e.repo)
 		var rl *scm.RateLimitError
 		g.Expect(errors.As(err, &rl)).To(BeTrue())
 		g.Expect(rl.Secondary).To(BeTrue())
 		g.Expect(e.fake.Stats().SecondaryRefused).To(Equal(2))
+		g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeSecondaryLimited)).To(Equal(2.0))
 		// Until Retry-After passes nothing is sent.
-		_, err = e.p.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: 1}})
+		_, err = p.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: 1}})
 		g.Expect(err).NotTo(HaveOccurred(), "the wait fits MaxWait: the call waits, then goes through")
 		g.Expect(e.fake.Stats().SecondaryRefused).To(Equal(2))
+		g.Expect(requests(m, scm.KindGraphQL, "pulls.read", scm.OutcomeOK)).To(Equal(1.0))
+		g.Expect(requests(m, scm.KindGraphQL, "pulls.read", scm.OutcomeSecondaryLimited)).To(Equal(0.0))
 	})
+}
+
+func TestSecondaryLimitOnBatchedRead(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	var refs []scm.RefreshRequest
+	for i := 0; i < 3; i++ {
+		pr := e.open(t, fmt.Sprintf("b%d", i), false)
+		refs = append(refs, scm.RefreshRequest{Ref: scm.PRRef{Repo: e.repo, Number: pr.Number}})
+	}
+	p, m := e.counted(t, 0)
+	before := e.fake.Stats()
+	// GitHub refuses the query itself with a secondary limit (403, its message, no Retry-After).
+	e.fake.ForceSecondaryLimit(1, http.StatusForbidden, 0)
+	res, err := p.Refresh(ctx, refs)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(HaveLen(3))
+	for i, r := range res {
+		g.Expect(r.Err).NotTo(HaveOccurred())
+		g.Expect(r.PullRequest.Number).To(Equal(refs[i].Ref.Number))
+	}
+	g.Expect(e.clock.Sleeps()).To(Equal([]time.Duration{time.Minute}), "at least a minute, as GitHub documents")
+	after := e.fake.Stats()
+	g.Expect(after.SecondaryRefused - before.SecondaryRefused).To(Equal(1))
+	g.Expect(after.GraphQLQueries-before.GraphQLQueries).To(Equal(1), "the whole batch is one query, sent again once")
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.probe", scm.OutcomeSecondaryLimited)).To(Equal(1.0))
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.probe", scm.OutcomeOK)).To(Equal(1.0))
+
+	// A batch that keeps being refused is reported as a secondary limit, and nothing is sent
+	// until the wait is over.
+	e.fake.ForceSecondaryLimit(2, http.StatusForbidden, 0)
+	_, err = p.Refresh(ctx, refs)
+	var rl *scm.RateLimitError
+	g.Expect(errors.As(err, &rl)).To(BeTrue())
+	g.Expect(rl.Resource).To(Equal("graphql"))
+	g.Expect(rl.Secondary).To(BeTrue())
+	g.Expect(e.fake.Stats().SecondaryRefused - before.SecondaryRefused).To(Equal(3))
+}
+
+func TestRepeatedSecondaryLimitBacksOffExponentially(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	// GitHub: without Retry-After wait at least a minute; while the limit persists, wait
+	// exponentially longer between retries.
+	p, m := e.counted(t, time.Hour)
+	e.fake.ForceSecondaryLimit(3, http.StatusForbidden, 0)
+	_, err := p.CheckAccess(ctx, e.repo)
+	g.Expect(errors.Is(err, scm.ErrRateLimited)).To(BeTrue(), "one retry per call: refused twice, it is reported")
+	g.Expect(e.clock.Sleeps()).To(Equal([]time.Duration{time.Minute}))
+	g.Expect(scm.RetryAfter(err)).To(Equal(e.clock.Now().Add(2 * time.Minute)))
+
+	info, err := p.CheckAccess(ctx, e.repo)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(info.DefaultBranch).To(Equal("main"))
+	g.Expect(e.clock.Sleeps()).To(Equal([]time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute}))
+	g.Expect(e.fake.Stats().SecondaryRefused).To(Equal(3), "never sent before the wait was over")
+	g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeSecondaryLimited)).To(Equal(3.0))
+	g.Expect(requests(m, scm.KindREST, "repos.get", scm.OutcomeOK)).To(Equal(1.0))
+	g.Expect(testutil.ToFloat64(m.RateLimitWaitSeconds.WithLabelValues("github", "token", "secondary"))).To(Equal((7 * time.Minute).Seconds()))
+
+	// A success ends the streak: the next secondary limit waits a minute again.
+	e.fake.ForceSecondaryLimit(1, http.StatusForbidden, 0)
+	_, err = p.CheckAccess(ctx, e.repo)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.clock.Sleeps()).To(Equal([]time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, time.Minute}))
 }
 
 func TestGraphQLRateLimitAndCost(t *testing.T) {
@@ -490,12 +733,39 @@ func TestGraphQLRateLimitAndCost(t *testing.T) {
 	g.Expect(e.clock.Sleeps()).To(HaveLen(1))
 	g.Expect(e.fake.Stats().PrimaryRefused).To(Equal(0), "the adapter did not send a query it could not pay for")
 
-	// Without room to wait it reports the limit.
+	// Without room to wait it reports the limit, and sends nothing it knows GitHub would refuse.
+	q, m := e.counted(t, 0)
 	for i := 0; i < 2; i++ {
-		_, _ = e.p.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: pr.Number}})
+		_, _ = q.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: pr.Number}})
 	}
-	_, err = e.p.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: pr.Number}})
+	_, err = q.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: pr.Number}})
 	g.Expect(errors.Is(err, scm.ErrRateLimited)).To(BeTrue())
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.read", scm.OutcomeRefusedBeforeSend)).To(Equal(1.0))
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.read", scm.OutcomeOK)).To(Equal(2.0))
+	g.Expect(e.fake.Stats().PrimaryRefused).To(Equal(0))
+}
+
+func TestGraphQLRateLimitedAnswerIsCountedAsLimited(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	pr := e.open(t, "feature", false)
+	// The adapter does not know the budget is spent: GitHub answers 200 with RATE_LIMITED.
+	e.fake.ExhaustPrimary(testToken, "graphql")
+	p, m := e.counted(t, 0)
+	_, err := p.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: pr.Number}})
+	var rl *scm.RateLimitError
+	g.Expect(errors.As(err, &rl)).To(BeTrue())
+	g.Expect(rl.Resource).To(Equal("graphql"))
+	g.Expect(rl.Secondary).To(BeFalse())
+	g.Expect(e.fake.Stats().PrimaryRefused).To(Equal(1), "the refusal told the reset: nothing more is sent")
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.read", scm.OutcomeRateLimited)).To(Equal(1.0))
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.read", scm.OutcomeOK)).To(Equal(0.0))
+	g.Expect(e.clock.Sleeps()).To(BeEmpty())
+
+	_, err = p.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: pr.Number}})
+	g.Expect(errors.Is(err, scm.ErrRateLimited)).To(BeTrue())
+	g.Expect(e.fake.Stats().PrimaryRefused).To(Equal(1))
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.read", scm.OutcomeRefusedBeforeSend)).To(Equal(1.0))
 }
 
 func TestEnterpriseLayout(t *testing.T) {
@@ -562,6 +832,38 @@ func TestGitHubAppTokensAndScopedPushCredential(t *testing.T) {
 	pr, err := p.CreatePullRequest(ctx, e.repo, scm.NewPullRequest{Head: scm.Head{Branch: "from-runner"}, Base: "main", Title: "From the runner"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pr.HeadSHA).To(Equal(e.fake.Branch("acme/widgets", "from-runner")))
+
+	out, err := gitPushAs(t, e.fake.CloneURL("acme/other"), testToken, cred.Password, "from-runner", "runner.txt")
+	g.Expect(err).To(HaveOccurred(), "a push to another repository is refused: %s", out)
+	g.Expect(e.fake.Branch("acme/other", "from-runner")).To(BeEmpty())
+	scoped, err := New(scm.Config{APIURL: e.fake.URL(), Token: []byte(cred.Password)})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = scoped.CheckAccess(ctx, e.repo)
+	g.Expect(err).NotTo(HaveOccurred())
+	// GitHub answers 404 for a repository the token cannot reach.
+	_, err = scoped.CheckAccess(ctx, scm.Repo{Owner: "acme", Name: "other"})
+	g.Expect(errors.Is(err, scm.ErrRepositoryNotFound)).To(BeTrue(), "%v", err)
+	_, err = scoped.CreatePullRequest(ctx, scm.Repo{Owner: "acme", Name: "other"}, scm.NewPullRequest{Head: scm.Head{Branch: "main"}, Base: "main", Title: "x"})
+	g.Expect(errors.Is(err, scm.ErrRepositoryNotFound)).To(BeTrue(), "%v", err)
+
+	// Two tokens were minted (the installation's and the scoped one); repeated calls reuse them.
+	g.Expect(e.fake.Stats().InstallationTokens).To(Equal(2))
+	for i := 0; i < 3; i++ {
+		again, err := p.PushCredential(ctx, e.repo)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(again.Password).To(Equal(cred.Password))
+		_, err = p.CheckAccess(ctx, e.repo)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(e.fake.Stats().InstallationTokens).To(Equal(2), "cached: no token minted per call")
+	// Another repository gets a token of its own, scoped to it.
+	other, err := p.PushCredential(ctx, scm.Repo{Owner: "acme", Name: "other"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(other.Password).NotTo(Equal(cred.Password))
+	otherTok, ok := e.fake.Token(other.Password)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(otherTok.Repos).To(Equal([]string{"acme/other"}))
+	g.Expect(e.fake.Stats().InstallationTokens).To(Equal(3))
 
 	bad, err := New(scm.Config{APIURL: e.fake.URL(), App: &scm.AppCredentials{AppID: 42, InstallationID: 9999, PrivateKey: key}})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -70,6 +70,7 @@ func (c *Client) GraphQL(ctx context.Context, op, query string, vars map[string]
 		}
 		var gr graphQLResponse
 		if err := json.Unmarshal(b, &gr); err != nil {
+			c.gov.count(scm.KindGraphQL, op, scm.OutcomeOK)
 			return nil, &scm.APIError{Kind: scm.ErrUnavailable, Message: "graphql response is not JSON", Err: err}
 		}
 		var rl struct {
@@ -93,8 +94,11 @@ func (c *Client) GraphQL(ctx context.Context, op, query string, vars map[string]
 				other = append(other, e)
 			}
 		}
-		if limited {
+		if !limited {
+			c.gov.count(scm.KindGraphQL, op, scm.OutcomeOK)
+		} else {
 			// GitHub answers an exhausted GraphQL budget with 200 and a RATE_LIMITED error.
+			c.gov.count(scm.KindGraphQL, op, scm.OutcomeRateLimited)
 			reset := c.gov.graphqlReset()
 			wait := reset.Sub(c.gov.clock.Now())
 			if attempt == 0 && wait <= c.cfg.MaxWait {

@@ -185,7 +185,11 @@ func (g *governor) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, &scm.RateLimitError{Resource: resource, Secondary: secondary, Reset: g.clock.Now().Add(wait)}
 		}
-		g.count(kind, op, outcomeOf(resp.StatusCode))
+		// A GraphQL 200 may still be a refusal (GitHub answers an exhausted budget with 200 and a
+		// RATE_LIMITED error): Client.GraphQL counts it once it has read the answer.
+		if kind != scm.KindGraphQL || resp.StatusCode != http.StatusOK {
+			g.count(kind, op, outcomeOf(resp.StatusCode))
+		}
 		if resp.StatusCode < 300 {
 			g.succeeded()
 		}

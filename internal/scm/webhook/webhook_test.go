@@ -184,11 +184,21 @@ func TestReplayedDeliveryIsDropped(t *testing.T) {
 
 func TestOversizeBody(t *testing.T) {
 	g := NewWithT(t)
-	h, s, _ := newHandler(t, func(o *Options) { o.MaxBody = 1024 })
+	h, s, m := newHandler(t, func(o *Options) { o.MaxBody = 1024 })
 	body := []byte(`{"repository":{"full_name":"octocat/Hello-World"},"pad":"` + strings.Repeat("x", 2000) + `"}`)
 	rec := deliver(h, "push", "big", body, Sign(secret, body))
 	g.Expect(rec.Code).To(Equal(http.StatusRequestEntityTooLarge))
 	g.Expect(s.hints).To(BeEmpty())
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("push", "too_large"))).To(Equal(1.0))
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("push", "accepted"))).To(Equal(0.0))
+	// A body of exactly the limit is read and routed.
+	fits := []byte(`{"ref":"refs/heads/main","repository":{"full_name":"octocat/Hello-World"},"pad":"`)
+	fits = append(fits, strings.Repeat("x", 1024-len(fits)-2)...)
+	fits = append(fits, `"}`...)
+	g.Expect(fits).To(HaveLen(1024))
+	g.Expect(deliver(h, "push", "fits", fits, Sign(secret, fits)).Code).To(Equal(http.StatusAccepted))
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("push", "too_large"))).To(Equal(1.0))
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("push", "accepted"))).To(Equal(1.0))
 }
 
 func TestUnknownEventIsAcknowledgedAndIgnored(t *testing.T) {

@@ -6,10 +6,13 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shepherd-dev/shepherd/internal/gitref"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
+	"github.com/shepherd-dev/shepherd/internal/tracker/trackertest"
 	"github.com/shepherd-dev/shepherd/test/fakegithub"
 )
 
@@ -109,4 +112,83 @@ func itoa(n int) string {
 		s = string(rune('0'+n%10)) + s
 	}
 	return s
+}
+
+func TestCompletionCheckRevalidatesWithETag(t *testing.T) {
+	g := NewWithT(t)
+	fake, _ := setup(t)
+	ctx := context.Background()
+	m, err := scm.NewMetrics(prometheus.NewRegistry())
+	g.Expect(err).NotTo(HaveOccurred())
+	tr, err := tracker.New(tracker.Config{Provider: "github", APIURL: fake.URL(), Token: []byte("tok"),
+		Repo: scm.Repo{Owner: "acme", Name: "widgets"}, Metrics: m})
+	g.Expect(err).NotTo(HaveOccurred())
+	n, err := fake.CreateIssue("acme/widgets", fakegithub.Issue{Title: "Open for a while"})
+	g.Expect(err).NotTo(HaveOccurred())
+	requests := func(outcome string) float64 {
+		return testutil.ToFloat64(m.Requests.WithLabelValues("github", "rest", "issues.get", outcome))
+	}
+
+	done, err := tr.IsCompleted(ctx, itoa(n))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeFalse())
+	// While the issue is unchanged every check is a free 304.
+	before := fake.Stats()
+	for i := 0; i < 3; i++ {
+		done, err = tr.IsCompleted(ctx, itoa(n))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(done).To(BeFalse())
+	}
+	after := fake.Stats()
+	g.Expect(after.NotModified - before.NotModified).To(Equal(3))
+	g.Expect(after.RESTCounted).To(Equal(before.RESTCounted))
+	g.Expect(requests("not_modified")).To(Equal(3.0))
+	g.Expect(requests("ok")).To(Equal(1.0))
+
+	// Closing the issue changes the answer: a 200 that says completed.
+	g.Expect(fake.CloseIssue("acme/widgets", n)).To(Succeed())
+	done, err = tr.IsCompleted(ctx, itoa(n))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeTrue())
+	g.Expect(requests("ok")).To(Equal(2.0))
+	g.Expect(fake.Stats().RESTCounted - after.RESTCounted).To(Equal(1))
+}
+
+func TestGitHubHostileTitlesToBranchAndPrompt(t *testing.T) {
+	fake, tr := setup(t)
+	ctx := context.Background()
+	seen := map[string]string{}
+	for _, tc := range trackertest.HostileTitles {
+		t.Run(tc.Name, func(t *testing.T) {
+			g := NewWithT(t)
+			n, err := fake.CreateIssue("acme/widgets", fakegithub.Issue{Title: tc.Title, Body: "Steps: run `make`"})
+			g.Expect(err).NotTo(HaveOccurred())
+			is, err := tr.GetIssue(ctx, itoa(n))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(is.Title).To(Equal(tc.Title), "the title reaches Shepherd verbatim")
+
+			branch, err := tracker.BranchName("shepherd/", is)
+			g.Expect(err).NotTo(HaveOccurred())
+			trackertest.ExpectValidBranch(t, branch, "shepherd/", itoa(n))
+			again, err := tracker.BranchName("shepherd/", is)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(again).To(Equal(branch), "stable")
+			g.Expect(seen).NotTo(HaveKey(branch), "collision-safe")
+			seen[branch] = tc.Name
+
+			prompt, err := tracker.RenderPrompt("", tracker.NewPromptData(is, tracker.PromptProject{Name: "w", Repository: "acme/widgets"}, branch))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(prompt).To(ContainSubstring("Work on " + itoa(n) + ": " + tc.Title))
+			g.Expect(prompt).To(ContainSubstring(branch))
+		})
+	}
+	// The same hostile title on another issue still gives another branch.
+	g := NewWithT(t)
+	n, err := fake.CreateIssue("acme/widgets", fakegithub.Issue{Title: trackertest.HostileTitles[0].Title})
+	g.Expect(err).NotTo(HaveOccurred())
+	is, err := tr.GetIssue(ctx, itoa(n))
+	g.Expect(err).NotTo(HaveOccurred())
+	branch, err := tracker.BranchName("shepherd/", is)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(seen).NotTo(HaveKey(branch))
 }

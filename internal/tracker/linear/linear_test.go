@@ -12,6 +12,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/gitref"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
+	"github.com/shepherd-dev/shepherd/internal/tracker/trackertest"
 	"github.com/shepherd-dev/shepherd/test/fakelinear"
 )
 
@@ -99,4 +100,34 @@ func TestLinearLabelsCompletionAndList(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = bad.GetIssue(ctx, a)
 	g.Expect(errors.Is(err, scm.ErrTokenRejected)).To(BeTrue())
+}
+
+func TestLinearHostileTitlesToBranchAndPrompt(t *testing.T) {
+	fake, tr := setup(t)
+	ctx := context.Background()
+	seen := map[string]string{}
+	for _, tc := range trackertest.HostileTitles {
+		t.Run(tc.Name, func(t *testing.T) {
+			g := NewWithT(t)
+			id := fake.AddIssue("ENG", fakelinear.Issue{Title: tc.Title, Description: "Repro: open $(settings)"})
+			is, err := tr.GetIssue(ctx, id)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(is.ID).To(Equal(id))
+			g.Expect(is.Title).To(Equal(tc.Title), "the title reaches Shepherd verbatim")
+
+			branch, err := tracker.BranchName("agents/", is)
+			g.Expect(err).NotTo(HaveOccurred())
+			trackertest.ExpectValidBranch(t, branch, "agents/", strings.ToLower(id))
+			again, err := tracker.BranchName("agents/", is)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(again).To(Equal(branch), "stable")
+			g.Expect(seen).NotTo(HaveKey(branch), "collision-safe")
+			seen[branch] = tc.Name
+
+			prompt, err := tracker.RenderPrompt("", tracker.NewPromptData(is, tracker.PromptProject{Name: "w"}, branch))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(prompt).To(ContainSubstring("Work on " + id + ": " + tc.Title))
+			g.Expect(prompt).To(ContainSubstring(branch))
+		})
+	}
 }
