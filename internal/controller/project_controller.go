@@ -28,6 +28,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
 )
 
 // +kubebuilder:rbac:groups=agents.shepherd.dev,resources=projects/finalizers,verbs=update
@@ -120,6 +121,7 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 
 	steps := []func(context.Context, *projectScope) error{
 		r.observeSessions,
+		r.checkSpec,
 		r.reconcileAccess,
 		r.reconcileServiceAccount,
 		r.reconcileWorkspaceVolume,
@@ -169,6 +171,17 @@ func (r *ProjectReconciler) forget(key types.NamespacedName) {
 	r.backlog.forget(key)
 	r.forgetTracker(key)
 	r.Metrics.ForgetProject(key.Namespace, key.Name)
+}
+
+// checkSpec refuses what the API's schema cannot check: a prompt template that does not render
+// (the sessions it would start from issues would fail one by one).
+func (r *ProjectReconciler) checkSpec(_ context.Context, s *projectScope) error {
+	if t := s.project.Spec.Tracker; t != nil && t.PromptTemplate != "" {
+		if err := tracker.CheckPrompt(t.PromptTemplate); err != nil {
+			return Stalling(agentsv1alpha1.ReasonInvalidSpec, "spec.tracker.promptTemplate: %v: fix the template (it sees .Issue, .Project and .Branch; see docs/project.md)", err)
+		}
+	}
+	return nil
 }
 
 // reconcileAccess reads the credentials and checks the repository, at most once per

@@ -95,9 +95,14 @@ func clip(s string, n int) string {
 	return s[:n] + " […]"
 }
 
-// ParsePrompt checks a template without rendering it (for validating a Project early).
-func ParsePrompt(tmpl string) error {
-	_, err := parsePrompt(tmpl)
+// CheckPrompt checks a template for the Project controller before any session needs it: it must
+// parse and render an issue that has every field set (a field name that does not exist, a
+// function called wrongly, are caught here rather than when a session starts).
+func CheckPrompt(tmpl string) error {
+	_, err := RenderPrompt(tmpl, NewPromptData(&Issue{
+		ID: "42", Key: "42", Title: "A title", Body: "A body", URL: "https://example.com/issues/42",
+		Labels: []string{"bug"}, Comments: []Comment{{Author: "someone", Body: "A comment"}},
+	}, PromptProject{Name: "project", Namespace: "default", Repository: "owner/name", DefaultBranch: "main"}, "shepherd/42-a-title"))
 	return err
 }
 

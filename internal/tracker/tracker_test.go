@@ -82,7 +82,32 @@ func TestRenderPromptCustomTemplate(t *testing.T) {
 	g.Expect(errors.Is(err, ErrTemplate)).To(BeTrue())
 	_, err = RenderPrompt(`{{range $i := .Issue.Labels}}{{printf "%40000s" "x"}}{{end}}`, data)
 	g.Expect(errors.Is(err, ErrTemplate)).To(BeTrue())
-	g.Expect(ParsePrompt("{{if}}")).NotTo(Succeed())
+}
+
+func TestCheckPrompt(t *testing.T) {
+	for _, tc := range []struct {
+		name, tmpl string
+		ok         bool
+	}{
+		{"empty: the built-in template", "", true},
+		{"the built-in template", DefaultPromptTemplate, true},
+		{"every field", "{{.Issue.ID}} {{.Issue.Title}} {{.Issue.Body}} {{.Issue.URL}} {{join .Issue.Labels \",\"}} " +
+			"{{range .Issue.Comments}}{{.Author}}: {{.Body}}{{end}} {{.Project}} {{.Project.Namespace}} {{.Project.Repository}} {{.Project.DefaultBranch}} {{.Branch}}", true},
+		{"does not parse", "{{if}}", false},
+		{"a field that does not exist", "Fix {{.Issue.Nope}}", false},
+		{"a function called wrongly", "{{join .Issue.Title}}", false},
+		{"renders past the prompt's bound", `{{range $i := .Issue.Labels}}{{printf "%40000s" "x"}}{{end}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			err := CheckPrompt(tc.tmpl)
+			if tc.ok {
+				g.Expect(err).NotTo(HaveOccurred())
+			} else {
+				g.Expect(errors.Is(err, ErrTemplate)).To(BeTrue(), "%v", err)
+			}
+		})
+	}
 }
 
 func TestPromptDataClipsLongText(t *testing.T) {
