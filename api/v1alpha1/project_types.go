@@ -125,6 +125,7 @@ const (
 )
 
 // SCMSpec configures the forge adapter.
+// +kubebuilder:validation:XValidation:rule=`!has(self.webhookPollInterval) || !has(self.pollInterval) || duration(self.webhookPollInterval) >= duration(self.pollInterval)`,message="webhookPollInterval must not be shorter than pollInterval"
 type SCMSpec struct {
 	// Provider of the forge: github (default) or gitea.
 	// +optional
@@ -143,14 +144,24 @@ type SCMSpec struct {
 
 	// PollInterval is the longest any pull request's state may go unrefreshed while no webhooks
 	// arrive from the repository. While verified webhooks arrive, changes land within seconds and
-	// the safety-net poll relaxes to 10 times this interval (at most 1h), returning to it when
-	// webhooks fall silent. Defaults to 1m; between 10s and 1h.
+	// the safety-net poll relaxes to webhookPollInterval, returning to this interval when
+	// webhooks fall silent for that long. Defaults to 1m; between 10s and 1h.
 	// +optional
 	// +kubebuilder:default="1m0s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('1h')`,message="pollInterval must be between 10s and 1h"
 	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+
+	// WebhookPollInterval is the safety-net poll while verified webhooks arrive from the
+	// repository (they bring each change within seconds; the poll catches lost deliveries).
+	// Defaults to 10 times pollInterval, at most 1h. Set it equal to pollInterval to poll at
+	// pollInterval whatever webhooks do. Between 10s and 1h, and not shorter than pollInterval.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('1h')`,message="webhookPollInterval must be between 10s and 1h"
+	WebhookPollInterval *metav1.Duration `json:"webhookPollInterval,omitempty"`
 }
 
 // TrackerProvider names a supported issue tracker.

@@ -418,7 +418,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 	in.Runner = runnerEvidence(rep, ok)
 	// A merged session is not followed any more (the lifecycle holds Merged on its own).
 	if s.forge != nil && s.branch != "" && s.sess.Status.Phase != agentsv1alpha1.PhaseMerged {
-		w := scm.Watch{Repo: s.forge.Repo, Head: scm.Head{Branch: s.branch}, MaxAge: pollInterval(s.project)}
+		w := scm.Watch{Repo: s.forge.Repo, Head: scm.Head{Branch: s.branch}, MaxAge: pollInterval(s.project), WebhookMaxAge: webhookPollInterval(s.project)}
 		if pr := s.sess.Status.PullRequest; pr != nil {
 			w.Number = int(pr.Number)
 		} else if in.Runner.PullRequestNumber > 0 {
@@ -438,6 +438,16 @@ func pollInterval(p *agentsv1alpha1.Project) time.Duration {
 		return p.Spec.SCM.PollInterval.Duration
 	}
 	return time.Minute
+}
+
+// webhookPollInterval is the Project's safety-net poll while its webhooks flow: its
+// webhookPollInterval, else 10 times its poll interval, at most an hour, never below it.
+func webhookPollInterval(p *agentsv1alpha1.Project) time.Duration {
+	poll := pollInterval(p)
+	if p.Spec.SCM.WebhookPollInterval != nil {
+		return max(p.Spec.SCM.WebhookPollInterval.Duration, poll)
+	}
+	return max(min(10*poll, time.Hour), poll)
 }
 
 // reconcilePod keeps the agent pod in step with the decision. It creates the pod when the

@@ -808,3 +808,25 @@ func TestRunnerEvidence(t *testing.T) {
 		Usage: &agentsv1alpha1.UsageStatus{CostUSD: "0.42", InputTokens: 10, OutputTokens: 20, Turns: 2},
 	}))
 }
+
+func TestWebhookPollInterval(t *testing.T) {
+	d := func(s string) *metav1.Duration { v, _ := time.ParseDuration(s); return &metav1.Duration{Duration: v} }
+	for _, tc := range []struct {
+		name          string
+		poll, webhook *metav1.Duration
+		want          time.Duration
+	}{
+		{"defaults: 10 times the default minute", nil, nil, 10 * time.Minute},
+		{"10 times the Project's poll interval", d("10s"), nil, 100 * time.Second},
+		{"at most an hour", d("30m"), nil, time.Hour},
+		{"the Project's own", d("1m"), d("3m"), 3 * time.Minute},
+		{"strict: equal to the poll interval", d("1m"), d("1m"), time.Minute},
+		{"never below the poll interval", d("5m"), d("1m"), 5 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := MakeProject("widgets", "ns").Obj()
+			p.Spec.SCM.PollInterval, p.Spec.SCM.WebhookPollInterval = tc.poll, tc.webhook
+			NewWithT(t).Expect(webhookPollInterval(p)).To(Equal(tc.want))
+		})
+	}
+}

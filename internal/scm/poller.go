@@ -25,6 +25,9 @@ type Watch struct {
 	Base string
 	// MaxAge overrides the Poller's MaxAge for this item (the Project's poll interval).
 	MaxAge time.Duration
+	// WebhookMaxAge overrides the Poller's WebhookMaxAge for this item (the Project's poll
+	// interval while its webhooks flow). It is never shorter than the item's MaxAge.
+	WebhookMaxAge time.Duration
 }
 
 // Observation is what the Poller last saw for one session.
@@ -274,8 +277,12 @@ func (p *Poller) maxAgeLocked(it *pollItem, now time.Time) time.Duration {
 	if it.watch.MaxAge > 0 {
 		age = it.watch.MaxAge
 	}
-	if seen, ok := p.webhooks[it.watch.Repo]; ok && now.Sub(seen) < p.opts.WebhookMaxAge {
-		age = max(age, p.opts.WebhookMaxAge)
+	relaxed := p.opts.WebhookMaxAge
+	if it.watch.WebhookMaxAge > 0 {
+		relaxed = it.watch.WebhookMaxAge
+	}
+	if seen, ok := p.webhooks[it.watch.Repo]; ok && now.Sub(seen) < relaxed {
+		age = max(age, relaxed)
 	}
 	return age
 }

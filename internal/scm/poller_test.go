@@ -208,6 +208,32 @@ func TestPollerWebhookHintsAndHealth(t *testing.T) {
 	g.Expect(e.fake.Stats().GraphQLQueries).To(BeNumerically(">", queries))
 }
 
+// A watch's own WebhookMaxAge (the Project's webhookPollInterval) replaces the Poller's while
+// webhooks flow: a Project that asks for a tight safety net gets it.
+func TestPollerWatchWebhookMaxAge(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute, WebhookMaxAge: 10 * time.Minute, HintDelay: 2 * time.Second, HintInterval: 5 * time.Second})
+	a := e.openPR(t, "a")
+	e.poller.Register(key("a"), scm.Watch{Repo: e.repo, Number: a, Head: scm.Head{Branch: "a"}, MaxAge: 20 * time.Second, WebhookMaxAge: 2 * time.Minute})
+	_, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	start := e.clock.Now()
+	e.poller.Notify(scm.Hint{Repo: e.repo, Event: "pull_request", Numbers: []int{a}, Webhook: true})
+	e.pollUntil(t, start.Add(10*time.Second))
+	queries := e.fake.Stats().GraphQLQueries
+
+	// Webhooks flow: no poll before the watch's 2 minutes (not the item's 20 s), one at 2 minutes
+	// (not the Poller's 10).
+	e.pollUntil(t, start.Add(110*time.Second))
+	g.Expect(e.fake.Stats().GraphQLQueries).To(Equal(queries), "relaxed to the watch's WebhookMaxAge while webhooks flow")
+	e.pollUntil(t, start.Add(130*time.Second))
+	g.Expect(e.fake.Stats().GraphQLQueries).To(Equal(queries+1), "and no further")
+	// The webhooks fell silent for that long: back to the watch's 20 s.
+	queries = e.fake.Stats().GraphQLQueries
+	e.pollUntil(t, start.Add(190*time.Second))
+	g.Expect(e.fake.Stats().GraphQLQueries - queries).To(BeNumerically(">=", 2))
+}
+
 // Hint-driven reads come from a bucket of HintBurst tokens refilled one per HintInterval: the
 // first webhooks after a quiet time are each read within HintDelay, even seconds apart; once the
 // burst is spent they are paced at HintInterval; a quiet minute refills the bucket.

@@ -137,6 +137,20 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.scm.pollInterval: Invalid value: "1s": pollInterval must be between 10s and 1h`,
 		}),
+		Entry("a webhook poll interval too long", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) { s.SCM.WebhookPollInterval = dur("2h") }).Obj()
+			},
+			want: `spec.scm.webhookPollInterval: Invalid value: "2h0m0s": webhookPollInterval must be between 10s and 1h`,
+		}),
+		Entry("a webhook poll interval shorter than the poll interval", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.SCM.PollInterval, s.SCM.WebhookPollInterval = dur("5m"), dur("1m")
+				}).Obj()
+			},
+			want: `spec.scm: Invalid value: webhookPollInterval must not be shorter than pollInterval`,
+		}),
 		Entry("Merge on a trigger other than approvedAndGreen", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerCIFailed, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).Obj()
