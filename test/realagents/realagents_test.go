@@ -96,9 +96,10 @@ var cases = []cliCase{
 		contract: claudeContract,
 	},
 	{
-		typ: agentsv1alpha1.AgentCodex, fixtures: "codex",
-		// Codex's default model runs tools through its "exec" tool: JavaScript that calls the
-		// nested tools (apply_patch, exec_command) in a V8 isolate.
+		// Not Codex's default model (gpt-6.2-sol), so that -m is seen to take effect; one Codex
+		// knows, so that it runs its tools as for the default: through its "exec" tool,
+		// JavaScript that calls the nested tools (apply_patch, exec_command) in a V8 isolate.
+		typ: agentsv1alpha1.AgentCodex, fixtures: "codex", model: "gpt-6.2-astra",
 		editAndCommit: func(_, path, content, msg string) []modelserver.Reply {
 			patch := "*** Begin Patch\n*** Add File: " + path + "\n+" + strings.TrimSuffix(content, "\n") + "\n*** End Patch\n"
 			js := fmt.Sprintf("const p = await tools.apply_patch(%s);\ntext(p);\nconst r = await tools.exec_command({cmd: %s});\ntext(r.output);\n",
@@ -345,6 +346,16 @@ func (s *session) run(t *testing.T, fixture string, turn agent.Turn, replies ...
 		s.writeFixture(t, fixture, res.stdout)
 	}
 	t.Logf("%s %s: exit %d, %d requests, %d output lines", s.c.typ, fixture, res.exit, len(res.requests), bytes.Count(res.stdout, []byte("\n")))
+	if turn.Model != "" {
+		// The adapter's model flag reached the model API (OpenCode names provider/model).
+		_, model, _ := strings.Cut(turn.Model, "/")
+		if model == "" {
+			model = turn.Model
+		}
+		for _, r := range res.requests {
+			g.Expect(r.Model()).To(Equal(model), "the model the turn asked for")
+		}
+	}
 	g.Expect(s.server.Played()).To(Equal(played+len(replies)), "the turn used every scripted reply; stdout:\n%s\nstderr:\n%s", res.stdout, res.stderr)
 	return res
 }

@@ -13,6 +13,7 @@ package opencode
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -71,6 +72,16 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 	}
 	args = append(args, perm...)
 	args = append(args, t.ExtraArgs...)
+	if t.Workdir != "" {
+		// OpenCode takes its project directory, where its tools run, from $PWD when that is
+		// set, not from the process's working directory: a PWD inherited from the runner (its
+		// own directory, not the checkout) would make the agent edit and commit elsewhere.
+		dir, err := filepath.Abs(t.Workdir)
+		if err != nil {
+			return agent.Command{}, fmt.Errorf("opencode: workdir: %w", err)
+		}
+		env = append(env, "PWD="+dir)
+	}
 	return agent.Command{Name: Binary, Args: args, Env: env, Stdin: t.Prompt}, nil
 }
 

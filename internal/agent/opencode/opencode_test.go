@@ -41,6 +41,12 @@ func TestCommand(t *testing.T) {
 
 	_, err = Adapter{}.Command(agent.Turn{Prompt: "x", Resume: true})
 	g.Expect(err).To(HaveOccurred())
+
+	// OpenCode's tools run in $PWD, not in the process's working directory: the checkout is
+	// passed as PWD, after (so over) anything inherited.
+	cmd, err = Adapter{}.Command(agent.Turn{Prompt: "x", Workdir: "/work/checkout", Permission: agentsv1alpha1.PermissionReadOnly})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cmd.Env).To(ConsistOf(ContainSubstring(`"edit":"deny"`), "PWD=/work/checkout"))
 }
 
 // The fixtures are the real OpenCode's output (hack/agent-clis.versions) against the scripted

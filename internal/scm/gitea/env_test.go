@@ -3,11 +3,16 @@
 package gitea
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,6 +65,8 @@ type env struct {
 	owner    *giteatest.Client
 	reviewer *giteatest.Client
 	metrics  *scm.Metrics
+	// wire is every exchange the adapter had with Gitea.
+	wire *recorder
 }
 
 var repoSeq atomic.Int64
@@ -76,10 +83,65 @@ func newEnv(t *testing.T) *env {
 	g.Expect(owner.AddCollaborator(ctx, forge.Admin.Name, name, forge.Reviewer.Name, "write")).To(Succeed())
 	m, err := scm.NewMetrics(nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	p, err := New(scm.Config{APIURL: forge.APIURL, Token: []byte(forge.Admin.Token), Metrics: m, Timeout: 20 * time.Second})
+	wire := &recorder{}
+	p, err := New(scm.Config{APIURL: forge.APIURL, Token: []byte(forge.Admin.Token), Metrics: m, Timeout: 20 * time.Second, Transport: wire})
 	g.Expect(err).NotTo(HaveOccurred())
 	return &env{t: t, p: p, repo: scm.Repo{Owner: forge.Admin.Name, Name: name}, owner: owner,
-		reviewer: forge.Client(forge.Reviewer), metrics: m}
+		reviewer: forge.Client(forge.Reviewer), metrics: m, wire: wire}
+}
+
+// exchange is one request the adapter sent and Gitea's answer.
+type exchange struct {
+	method string
+	url    *url.URL
+	status int
+	body   string
+}
+
+// recorder is the adapter's transport in these tests: it passes every request to Gitea and
+// keeps what was asked and answered, so that a test sees Gitea's real status codes.
+type recorder struct {
+	mu  sync.Mutex
+	log []exchange
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, exchange{method: req.Method, url: req.URL, status: resp.StatusCode, body: string(body)})
+	return resp, nil
+}
+
+// exchanges are the recorded requests of method whose path ends with suffix, in order.
+func (e *env) exchanges(method, suffix string) []exchange {
+	e.wire.mu.Lock()
+	defer e.wire.mu.Unlock()
+	var out []exchange
+	for _, x := range e.wire.log {
+		if x.method == method && strings.HasSuffix(x.url.Path, suffix) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// statuses are the status codes of exchanges.
+func statuses(xs []exchange) []int {
+	var out []int
+	for _, x := range xs {
+		out = append(out, x.status)
+	}
+	return out
 }
 
 // commit writes files on a branch (created from main when new) and returns the new head.

@@ -340,7 +340,9 @@ func TestMergeWithStaleHeadIsRefused(t *testing.T) {
 	g.Expect(errors.Is(err, scm.ErrHeadChanged)).To(BeTrue())
 	g.Expect(hc.Expected).To(Equal(pr.HeadSHA))
 	g.Expect(hc.Actual).To(Equal(moved))
-	g.Expect(counterValue(e.metrics, "pulls.merge", scm.OutcomeClientError)).To(Equal(1.0), "one refusal (409), no retry")
+	g.Expect(counterValue(e.metrics, "pulls.merge", scm.OutcomeClientError)).To(Equal(1.0), "one refusal, no retry")
+	g.Expect(statuses(e.exchanges(http.MethodPost, fmt.Sprintf("/pulls/%d/merge", pr.Number)))).To(Equal([]int{http.StatusConflict}),
+		"Gitea's head guard answered 409")
 	g.Expect(e.rawPull(pr.Number)["merged"]).To(BeFalse())
 
 	_, err = e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{})
@@ -386,20 +388,60 @@ func TestMergeRefusedByBranchProtection(t *testing.T) {
 	g.Expect(again.SHA).To(Equal(res.SHA))
 }
 
-func TestMergeRightAfterAPushRetriesWhileGiteaChecks(t *testing.T) {
+// TestMergeRetriesWhileGiteaSaysTryAgainLater: Gitea refuses a merge with 405 "Please try again
+// later" while its check of the pair runs or finds a conflict, and a push starts the check again.
+// A merge right after a push of the head is too quick to catch here (CommitFiles returns after
+// the check; three runs never saw a refusal), so the refusal is forced: the pull request
+// conflicts with its base, the merge is refused and retried, and a push to the base resolves the
+// conflict while the adapter retries. The merge then goes through at the same head.
+func TestMergeRetriesWhileGiteaSaysTryAgainLater(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	e := newEnv(t)
-	pr := e.open("feature")
-	// The head moves; the merge of the new head goes out at once, while Gitea's conflict check
-	// of the new head may still run (405 "Please try again later"): the adapter re-reads and
-	// retries instead of failing.
-	moved := e.commit("feature", map[string]string{"more.txt": "more\n"})
-	res, err := e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{Method: scm.MergeMerge, ExpectedHeadSHA: moved})
+	// The retries must not settle the pair as a conflict before the base moves; the retry
+	// budget (mergeRetryBudget) still bounds them.
+	e.p.conflictSettle = time.Hour
+	head := e.commit("edit", map[string]string{"README.md": "# edited on the branch\n"})
+	e.commit("main", map[string]string{"README.md": "# edited on main\n"})
+	pr, err := e.p.CreatePullRequest(ctx, e.repo, scm.NewPullRequest{Head: scm.Head{Branch: "edit"}, Base: "main", Title: "Edit"})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(res.SHA).NotTo(BeEmpty())
-	t.Logf("merge requests: %d (refused while checking: %d)", e.requests("pulls.merge", ""), e.requests("pulls.merge", scm.OutcomeClientError))
-	g.Expect(e.get(pr.Number).State).To(Equal(scm.StateMerged))
+	g.Expect(pr.HeadSHA).To(Equal(head))
+	g.Eventually(func() any { return e.rawPull(pr.Number)["mergeable"] }).WithTimeout(30 * time.Second).Should(BeFalse())
+
+	type merged struct {
+		res scm.MergeResult
+		err error
+	}
+	done := make(chan merged, 1)
+	go func() {
+		res, err := e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{Method: scm.MergeMerge, ExpectedHeadSHA: head})
+		done <- merged{res, err}
+	}()
+	path := fmt.Sprintf("/pulls/%d/merge", pr.Number)
+	g.Eventually(func() []int { return statuses(e.exchanges(http.MethodPost, path)) }).WithTimeout(30*time.Second).
+		Should(ContainElement(http.StatusMethodNotAllowed), "Gitea refused the merge of the conflicting pair")
+	g.Expect(e.exchanges(http.MethodPost, path)[0].body).To(ContainSubstring("try again later"))
+
+	// The base takes the branch's change: no conflict any more, and Gitea checks the pair again.
+	e.commit("main", map[string]string{"README.md": "# edited on the branch\n"})
+	var m merged
+	g.Eventually(done).WithTimeout(time.Minute).Should(Receive(&m))
+	g.Expect(m.err).NotTo(HaveOccurred())
+	g.Expect(m.res.SHA).NotTo(BeEmpty())
+	got := e.get(pr.Number)
+	g.Expect(got.State).To(Equal(scm.StateMerged))
+	g.Expect(got.HeadSHA).To(Equal(head))
+	g.Expect(got.MergeCommitSHA).To(Equal(m.res.SHA))
+
+	// Refused with "try again later" one or more times, then merged: one adapter call.
+	merges := statuses(e.exchanges(http.MethodPost, path))
+	t.Logf("merge requests: %v", merges)
+	g.Expect(len(merges)).To(BeNumerically(">=", 2))
+	g.Expect(merges[len(merges)-1]).To(Equal(http.StatusOK))
+	for _, st := range merges[:len(merges)-1] {
+		g.Expect(st).To(Equal(http.StatusMethodNotAllowed))
+	}
+	g.Expect(e.requests("pulls.merge", scm.OutcomeClientError)).To(Equal(len(merges) - 1))
 }
 
 func TestConflictIsUnknownUntilSettledThenDirty(t *testing.T) {
@@ -577,6 +619,17 @@ func TestBatchedRefreshCost(t *testing.T) {
 	g.Expect(diff).To(Equal(map[string]int{
 		"pulls.list_open": 1, "pulls.get": 3, "pulls.get_by_base_head": 1, "statuses.combined": 6, "repos.get": 1,
 	}))
+	// The Poller fills a call with BatchSize probes of one repository: the page the list asks for,
+	// within what this Gitea answers per page.
+	lists := e.exchanges(http.MethodGet, "/pulls")
+	g.Expect(lists).To(HaveLen(1))
+	g.Expect(lists[0].url.Query().Get("limit")).To(Equal(fmt.Sprint(e.p.BatchSize())))
+	var api struct {
+		MaxResponseItems int `json:"max_response_items"`
+	}
+	g.Expect(e.owner.Do(ctx, http.MethodGet, "/settings/api", nil, &api)).To(Succeed())
+	g.Expect(e.p.BatchSize()).To(Equal(50))
+	g.Expect(e.p.BatchSize()).To(BeNumerically("<=", api.MaxResponseItems))
 	t.Logf("probe of 5 open + 1 closed + 1 missing + 1 by head in 2 repositories: %v", diff)
 
 	// Unchanged: the same fingerprints. A new status changes one.

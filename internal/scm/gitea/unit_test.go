@@ -1,13 +1,19 @@
 package gitea
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
 	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/scm/scmtest"
 )
 
 func TestStatusContextGlobsMatchLikeGitea(t *testing.T) {
@@ -194,5 +200,101 @@ func TestRetryableMergeRefusals(t *testing.T) {
 	} {
 		got := retryableMerge(&response{status: tc.status, body: []byte(tc.body)})
 		NewWithT(t).Expect(got).To(Equal(tc.want), tc.body)
+	}
+}
+
+// tryAgainLater answers every merge of pull request 1 of o/r with Gitea's 405 "Please try again
+// later" and every read of it with an open, mergeable pull request at head h1, and counts the
+// requests; anything else is a 404 it records.
+type tryAgainLater struct {
+	mu            sync.Mutex
+	merges, reads int
+	unexpected    []string
+	server        *httptest.Server
+}
+
+func newTryAgainLater(t *testing.T) *tryAgainLater {
+	f := &tryAgainLater{}
+	f.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/api/v1/repos/o/r/pulls/1/merge":
+			f.merges++
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			_, _ = w.Write([]byte(`{"message":"Please try again later","url":"http://gitea.example/api/swagger"}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/repos/o/r/pulls/1":
+			f.reads++
+			_ = json.NewEncoder(w).Encode(openPull(true))
+		default:
+			f.unexpected = append(f.unexpected, r.Method+" "+r.URL.Path)
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"message":"not found"}`))
+		}
+	}))
+	t.Cleanup(f.server.Close)
+	return f
+}
+
+func (f *tryAgainLater) counts() (merges, reads int, unexpected []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.merges, f.reads, append([]string(nil), f.unexpected...)
+}
+
+// TestMergeRetryIsBounded: a Gitea that keeps answering "try again later" gets the merge retried
+// with a growing pause (250 ms doubling, at most 4 s) for at most mergeRetryBudget of the
+// provider's clock, or until the context's deadline when that comes first, and then the refusal
+// is returned. The clock is simulated: its sleeps cost no time.
+func TestMergeRetryIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration // 0: none
+		sleeps   []time.Duration
+	}{
+		{"the retry budget", 0, []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
+			4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}},
+		{"an earlier context deadline", 10 * time.Second, []time.Duration{250 * time.Millisecond, 500 * time.Millisecond,
+			time.Second, 2 * time.Second, 4 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			f := newTryAgainLater(t)
+			clock := scmtest.NewClock()
+			clock.Set(time.Now())
+			p, err := New(scm.Config{APIURL: f.server.URL, Token: []byte("token"), Clock: clock})
+			g.Expect(err).NotTo(HaveOccurred())
+			mctx := context.Background()
+			limit := mergeRetryBudget
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				mctx, cancel = context.WithDeadline(mctx, clock.Now().Add(tc.deadline))
+				defer cancel()
+				limit = tc.deadline
+			}
+
+			_, err = p.MergePullRequest(mctx, scm.Repo{Owner: "o", Name: "r"}, 1, scm.MergeOptions{ExpectedHeadSHA: "h1"})
+			g.Expect(errors.Is(err, scm.ErrNotMergeable)).To(BeTrue(), "%v", err)
+			var ae *scm.APIError
+			g.Expect(errors.As(err, &ae)).To(BeTrue(), "%v", err)
+			g.Expect(ae.Status).To(Equal(http.StatusMethodNotAllowed))
+			g.Expect(ae.Message).To(ContainSubstring("try again later"))
+
+			// The pauses grew as documented, stayed within the limit, and one more would not have.
+			sleeps := clock.Sleeps()
+			g.Expect(sleeps).To(Equal(tc.sleeps))
+			var waited time.Duration
+			for _, d := range sleeps {
+				waited += d
+			}
+			g.Expect(waited).To(BeNumerically("<=", limit))
+			g.Expect(waited + mergeMaxBackoff).To(BeNumerically(">", limit))
+			// One merge per pause and a last one, each refusal followed by a read of the pull request.
+			merges, reads, unexpected := f.counts()
+			g.Expect(merges).To(Equal(len(sleeps) + 1))
+			g.Expect(reads).To(Equal(merges))
+			g.Expect(unexpected).To(BeEmpty())
+		})
 	}
 }
