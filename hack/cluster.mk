@@ -39,9 +39,9 @@ images-local: install-deps ## Build the images without Docker (IMAGES=all adds t
 	$(LOCALCLUSTER) images --load-if-running $(if $(IMAGES),--only=$(IMAGES))
 
 .PHONY: run-local
-run-local: install-deps manifests ## Cluster up, images loaded, the manager deployed, then a whole session offline (DEMO=github|gitea|none).
+run-local: install-deps generated ## Cluster up, images loaded, the manager deployed, then a whole session offline (DEMO=github|gitea|none).
 	LOCALCLUSTER="$(LOCALCLUSTER)" KWOK_NODES=$(KWOK_NODES) DEMO="$(DEMO)" DEMO_FLAGS="$(DEMO_FLAGS)" hack/run-local.sh
 
 .PHONY: test-e2e
-test-e2e: install-deps manifests ## Run the e2e suite on the local cluster (brings it up; tears it down at the end).
+test-e2e: install-deps generated ## Run the e2e suite on the local cluster (brings it up; tears it down at the end).
 	go test ./test/e2e -count=1 -timeout $(E2E_TIMEOUT) -v $(E2E_FLAGS) -args -ginkgo.v
