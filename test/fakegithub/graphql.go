@@ -219,6 +219,23 @@ type executor struct {
 	id          *identity
 	cost, nodes int
 	errs        []gqlErr
+	// merge holds each pull request's mergeable and mergeStateStatus as this query first read
+	// them: one query is one read, so with MergeableUnknownFirst both fields say UNKNOWN in the
+	// query that starts the computation (as on GitHub), not UNKNOWN and then the value.
+	merge map[*pull][2]string
+}
+
+// mergeInfo is the server's mergeInfo, read once per pull request and query.
+func (e *executor) mergeInfo(base *Repo, p *pull) (mergeable, state string) {
+	if v, ok := e.merge[p]; ok {
+		return v[0], v[1]
+	}
+	mergeable, state = e.s.mergeInfo(base, p, false)
+	if e.merge == nil {
+		e.merge = map[*pull][2]string{}
+	}
+	e.merge[p] = [2]string{mergeable, state}
+	return mergeable, state
 }
 
 type queryRoot struct{}
@@ -773,7 +790,7 @@ func (e *executor) resolvePR(o *prView, f *ast.Field, args map[string]any) (any,
 	case "author":
 		return actorView{login: p.Author}, nil
 	case "mergeable", "mergeStateStatus":
-		m, st := s.mergeInfo(base, p, false)
+		m, st := e.mergeInfo(base, p)
 		if f.Name == "mergeable" {
 			return m, nil
 		}

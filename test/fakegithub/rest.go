@@ -406,6 +406,13 @@ func (s *Server) branchJSON(r *Repo, ref, sha string) map[string]any {
 
 // pullJSON renders a pull request; full adds the fields only the single-pull endpoint has.
 func (s *Server) pullJSON(base *Repo, p *pull, full bool) map[string]any {
+	return s.pullJSONAs(base, p, full, false)
+}
+
+// pullJSONAs renders a pull request; peek leaves MergeableUnknownFirst's state alone (a webhook
+// payload is not a read: GitHub's pull_request payload after a push carries a mergeable it has
+// not computed yet, null, and the client's first read still starts the computation).
+func (s *Server) pullJSONAs(base *Repo, p *pull, full, peek bool) map[string]any {
 	state := "open"
 	if p.State != "open" {
 		state = "closed"
@@ -434,7 +441,7 @@ func (s *Server) pullJSON(base *Repo, p *pull, full bool) map[string]any {
 		"auto_merge":         nil,
 	}
 	if full {
-		mergeable, st := s.mergeInfo(base, p, false)
+		mergeable, st := s.mergeInfo(base, p, peek)
 		out["merged"] = p.Merged
 		switch mergeable {
 		case "MERGEABLE":

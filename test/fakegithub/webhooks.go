@@ -97,7 +97,7 @@ func (s *Server) sender(login string) map[string]any { return s.userJSON(login) 
 
 func (s *Server) pullHook(base *Repo, p *pull, action string) hook {
 	return hook{event: "pull_request", body: map[string]any{
-		"action": action, "number": p.Number, "pull_request": s.pullJSON(base, p, true),
+		"action": action, "number": p.Number, "pull_request": s.pullJSONAs(base, p, true, true),
 		"repository": s.repoJSON(base, nil), "sender": s.sender(p.Author),
 	}}
 }

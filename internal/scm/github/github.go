@@ -135,6 +135,9 @@ type Provider struct {
 	threadComments *lru.Cache[string, threadComment]
 	// jobLogs caches log excerpts of finished jobs by job id: finished logs never change.
 	jobLogs *lru.Cache[int64, string]
+	// unknownSince is when a pull request's mergeability first read unknown at its head (see
+	// mergeRecheck), by node id and head.
+	unknownSince *lru.Cache[string, time.Time]
 
 	credMu sync.Mutex
 	creds  map[scm.Repo]*repoToken
@@ -152,7 +155,8 @@ func New(cfg scm.Config) (*Provider, error) {
 	}
 	tc, _ := lru.New[string, threadComment](16384)
 	jl, _ := lru.New[int64, string](2048)
-	return &Provider{Client: c, threadComments: tc, jobLogs: jl, creds: map[scm.Repo]*repoToken{}}, nil
+	us, _ := lru.New[string, time.Time](4096)
+	return &Provider{Client: c, threadComments: tc, jobLogs: jl, unknownSince: us, creds: map[scm.Repo]*repoToken{}}, nil
 }
 
 // Name is "github".

@@ -94,9 +94,15 @@ func (c *Client) GraphQL(ctx context.Context, op, query string, vars map[string]
 				other = append(other, e)
 			}
 		}
-		if !limited {
+		noData := len(gr.Data) == 0 || string(gr.Data) == "null"
+		switch {
+		case !limited && noData && len(other) > 0:
+			// Refused as a whole (MAX_NODE_LIMIT_EXCEEDED, a schema error, …): an error, not an
+			// answer, whatever the HTTP status says.
+			c.gov.count(scm.KindGraphQL, op, outcomeOfGraphQLError(graphQLErrorsToError(other)))
+		case !limited:
 			c.gov.count(scm.KindGraphQL, op, scm.OutcomeOK)
-		} else {
+		default:
 			// GitHub answers an exhausted GraphQL budget with 200 and a RATE_LIMITED error.
 			c.gov.count(scm.KindGraphQL, op, scm.OutcomeRateLimited)
 			reset := c.gov.graphqlReset()
@@ -109,7 +115,7 @@ func (c *Client) GraphQL(ctx context.Context, op, query string, vars map[string]
 			}
 			return nil, &scm.RateLimitError{Resource: "graphql", Reset: reset}
 		}
-		if len(gr.Data) == 0 || string(gr.Data) == "null" {
+		if noData {
 			if len(other) > 0 {
 				return other, graphQLErrorsToError(other)
 			}
@@ -124,11 +130,19 @@ func (c *Client) GraphQL(ctx context.Context, op, query string, vars map[string]
 	}
 }
 
+// graphQLErrorsToError maps errors that refused a whole query. Each message keeps GitHub's
+// error type: MAX_NODE_LIMIT_EXCEEDED, for one, says the query asked for more than 500,000 nodes
+// and will be refused again as it is (the adapter's queries stay far under the limit by
+// construction, see fullBatch), so it is a clear, not retryable ErrInvalid.
 func graphQLErrorsToError(errs []graphQLError) error {
 	msgs := make([]string, 0, len(errs))
 	kind := scm.ErrInvalid
 	for _, e := range errs {
-		msgs = append(msgs, e.Message)
+		if e.Type != "" {
+			msgs = append(msgs, e.Type+": "+e.Message)
+		} else {
+			msgs = append(msgs, e.Message)
+		}
 		switch e.Type {
 		case "NOT_FOUND":
 			kind = scm.ErrNotFound
@@ -139,6 +153,17 @@ func graphQLErrorsToError(errs []graphQLError) error {
 		}
 	}
 	return &scm.APIError{Kind: kind, Status: http.StatusOK, Message: strings.Join(msgs, "; ")}
+}
+
+// outcomeOfGraphQLError is the metrics outcome of a query GitHub refused with errors.
+func outcomeOfGraphQLError(err error) string {
+	switch {
+	case errors.Is(err, scm.ErrNotFound):
+		return scm.OutcomeNotFound
+	case errors.Is(err, scm.ErrUnavailable):
+		return scm.OutcomeServerError
+	}
+	return scm.OutcomeClientError
 }
 
 // observeGraphQL records the budget the query's rateLimit object reported.

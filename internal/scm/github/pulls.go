@@ -252,9 +252,36 @@ func (p *Provider) Refresh(ctx context.Context, reqs []scm.RefreshRequest) ([]sc
 		if j.req.Full {
 			logBudget -= p.attachLogs(ctx, pr, logBudget)
 		}
-		out[i] = scm.RefreshResult{PullRequest: pr, Fingerprint: j.raw.fingerprint()}
+		out[i] = scm.RefreshResult{PullRequest: pr, Fingerprint: j.raw.fingerprint(), RecheckAfter: p.mergeRecheck(j.raw, pr, start)}
 	}
 	return out, nil
+}
+
+// GitHub computes mergeability lazily, in the background: the first read after a push to the
+// head or the base answers mergeable UNKNOWN (mergeStateStatus UNKNOWN) and starts the
+// computation; a later read has the value. No webhook tells when it is done, so an open pull
+// request whose mergeability reads unknown asks the Poller to look again (RecheckAfter) after
+// as long as it has been unknown so far, at least mergeRecheckAfter and at most mergeRecheckMax:
+// a value GitHub computes in seconds is seen within seconds, one it never finishes costs a few
+// reads rather than one every few seconds for good.
+const (
+	mergeRecheckAfter = 3 * time.Second
+	mergeRecheckMax   = 2 * time.Minute
+)
+
+// mergeRecheck is the RecheckAfter of a pull request read at now.
+func (p *Provider) mergeRecheck(g *gqlPR, pr *scm.PullRequest, now time.Time) time.Duration {
+	key := g.ID + "@" + g.HeadRefOid
+	if pr.State != scm.StateOpen || (pr.Mergeable != scm.MergeableUnknown && pr.MergeState != scm.MergeStateUnknown) {
+		p.unknownSince.Remove(key)
+		return 0
+	}
+	since, ok := p.unknownSince.Get(key)
+	if !ok {
+		p.unknownSince.Add(key, now)
+		return mergeRecheckAfter
+	}
+	return min(max(now.Sub(since), mergeRecheckAfter), mergeRecheckMax)
 }
 
 // runJobs sends the jobs in as few queries as the batch limits allow. forceFull reads by
