@@ -121,9 +121,10 @@ func createOrDelete() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
 }
 
-// emitPhaseEvent records a phase change, after the status write that made it.
+// emitPhaseEvent records a phase change, after the status write that made it. A new object's
+// first phase, Pending, is not news (one Event less per session in a fan-out: an API write each).
 func emitPhaseEvent(rec recorder.EventRecorder, obj runtime.Object, before, after string) {
-	if rec == nil || before == after || after == "" {
+	if rec == nil || before == after || after == "" || before == "" && after == string(agentsv1alpha1.WorktreePending) {
 		return
 	}
 	rec.Eventf(obj, nil, corev1.EventTypeNormal, "Phase"+after, "Phase", "phase %s → %s", orNone(before), after)
