@@ -443,8 +443,8 @@ func archiveName(ref string) string {
 }
 
 // imageKeys are the images `images --only` takes, in build order; defaultImages what it builds
-// without --only: everything the e2e suite and run-local use. The Codex and OpenCode agent images
-// (~500 MB and ~300 MB) are built when asked for.
+// without --only: everything run-local uses. The Codex and OpenCode agent images (~500 MB and
+// ~300 MB) are built when asked for (the e2e suite asks for all: it runs each real CLI).
 var (
 	imageKeys     = []string{"manager", "runner", "test-agent", "claude-code", "codex", "opencode"}
 	defaultImages = "manager,runner,test-agent,claude-code"

@@ -104,7 +104,8 @@ func (c *cluster) start() {
 	c.runDir = filepath.Dir(c.kubeconfig)
 
 	By("building the images without Docker and loading them into the cluster's containerd")
-	_, err = c.localcluster(30*time.Minute, "images", "--load")
+	// All of them: the agent specs run each real CLI's image (Claude Code, Codex, OpenCode).
+	_, err = c.localcluster(30*time.Minute, "images", "--load", "--only=all")
 	Expect(err).NotTo(HaveOccurred())
 
 	dir, err := run(time.Minute, repoRoot(), nil, filepath.Join(repoRoot(), "hack", "kube-binaries.sh"), "kubectl")

@@ -239,9 +239,14 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		Expect(volumeDir(c, pv)).NotTo(BeAnExistingFile())
 	})
 
-	It("runs the real Claude Code from its agent image as uid 65532, which commits, and the runner pushes", func() {
-		claudeCodeSession(ctx, c)
-	})
+	// Each real CLI in its own restricted namespace and pod, from its own image (docs/agents.md,
+	// "The agent images"). Focus one with -ginkgo.focus='real.agent.CLI.*Codex'.
+	DescribeTable("runs a real agent CLI from its agent image as uid 65532, which commits with its shell tool, and the runner pushes",
+		func(a realAgent) { realAgentSession(ctx, c, a) },
+		Entry(claudeCodeAgent.name, claudeCodeAgent),
+		Entry(codexAgent.name, codexAgent),
+		Entry(openCodeAgent.name, openCodeAgent),
+	)
 
 	It("runs a whole session from issue to merge: real pods, the real Claude Code, the fake GitHub, a manager restart", func() {
 		wholeSession(ctx, c)
