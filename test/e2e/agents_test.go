@@ -24,6 +24,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/runnerapi/runnerapitest"
 	"github.com/shepherd-dev/shepherd/test/gitserver"
 	"github.com/shepherd-dev/shepherd/test/modelserver"
+	"github.com/shepherd-dev/shepherd/test/realagents"
 )
 
 // The agent pods of these specs follow docs/runner.md's layout: the runner copied in from the
@@ -119,26 +120,10 @@ var (
 	openCodeAgent = realAgent{
 		name: "OpenCode", typ: agentsv1alpha1.AgentOpenCode, image: "shepherd-agent-opencode:latest",
 		modelAPI: func(url string) ([]corev1.EnvVar, runnerapi.AgentConfig) {
-			model := func(name string, in, out float64) map[string]any {
-				return map[string]any{"name": name, "tool_call": true, "limit": map[string]any{"context": 200000, "output": 64000},
-					"cost": map[string]any{"input": in, "output": out, "cache_read": in / 10, "cache_write": in * 1.25}}
-			}
-			config := map[string]any{
-				"model":             modelProvider + "/claude-haiku-4-5",
-				"small_model":       modelProvider + "/claude-haiku-4-5",
-				"enabled_providers": []string{modelProvider},
-				"provider": map[string]any{modelProvider: map[string]any{
-					"npm":     "@ai-sdk/anthropic",
-					"name":    "Scripted model server",
-					"options": map[string]any{"baseURL": url + "/v1", "apiKey": scriptedAPIKey},
-					"models": map[string]any{
-						"claude-sonnet-4-5": model("Sonnet (scripted)", 3, 15),
-						"claude-haiku-4-5":  model("Haiku (scripted)", 1, 5),
-					},
-				}},
-			}
+			// The Task's model (sonnet) must override this default (haiku) for the check below.
+			config := realagents.OpenCodeConfig(url, scriptedAPIKey, "claude-haiku-4-5")
 			return []corev1.EnvVar{{Name: "OPENCODE_CONFIG_CONTENT", Value: jsonString(config)}},
-				runnerapi.AgentConfig{Model: modelProvider + "/claude-sonnet-4-5"}
+				runnerapi.AgentConfig{Model: realagents.OpenCodeProvider + "/claude-sonnet-4-5"}
 		},
 		tool: "bash",
 		shell: func(command string) modelserver.Reply {

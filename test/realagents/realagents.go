@@ -284,28 +284,7 @@ func OpenCode(home, baseURL string) (Setup, error) {
 			return Setup{}, err
 		}
 	}
-	model := func(name string, in, out float64) map[string]any {
-		return map[string]any{"name": name, "tool_call": true, "attachment": false, "reasoning": false, "temperature": true,
-			"limit": map[string]any{"context": 200000, "output": 64000},
-			"cost":  map[string]any{"input": in, "output": out, "cache_read": in / 10, "cache_write": in * 1.25}}
-	}
-	config := map[string]any{
-		"$schema":           "https://opencode.ai/config.json",
-		"autoupdate":        false,
-		"share":             "disabled",
-		"model":             OpenCodeProvider + "/claude-sonnet-4-5",
-		"small_model":       OpenCodeProvider + "/claude-haiku-4-5",
-		"enabled_providers": []string{OpenCodeProvider},
-		"provider": map[string]any{OpenCodeProvider: map[string]any{
-			"npm":     "@ai-sdk/anthropic",
-			"name":    "Scripted model server",
-			"options": map[string]any{"baseURL": baseURL + "/v1", "apiKey": APIKey},
-			"models": map[string]any{
-				"claude-sonnet-4-5": model("Sonnet (scripted)", 3, 15),
-				"claude-haiku-4-5":  model("Haiku (scripted)", 1, 5),
-			},
-		}},
-	}
+	config := OpenCodeConfig(baseURL, APIKey, "claude-sonnet-4-5")
 	file := filepath.Join(home, "opencode.json")
 	if err := writeJSON(file, config); err != nil {
 		return Setup{}, err
@@ -325,6 +304,35 @@ func OpenCode(home, baseURL string) (Setup, error) {
 		"OPENCODE_DISABLE_SHARE=1",
 		"OPENCODE_DISABLE_DEFAULT_PLUGINS=1",
 	}}, nil
+}
+
+// OpenCodeConfig is an OpenCode configuration (opencode.json, or OPENCODE_CONFIG_CONTENT) whose
+// only provider, OpenCodeProvider, is the scripted model server at baseURL on OpenCode's
+// Anthropic provider, with two models (claude-sonnet-4-5 and claude-haiku-4-5, priced so that
+// OpenCode prints a cost) and defaultModel as the default.
+func OpenCodeConfig(baseURL, apiKey, defaultModel string) map[string]any {
+	model := func(name string, in, out float64) map[string]any {
+		return map[string]any{"name": name, "tool_call": true, "attachment": false, "reasoning": false, "temperature": true,
+			"limit": map[string]any{"context": 200000, "output": 64000},
+			"cost":  map[string]any{"input": in, "output": out, "cache_read": in / 10, "cache_write": in * 1.25}}
+	}
+	return map[string]any{
+		"$schema":           "https://opencode.ai/config.json",
+		"autoupdate":        false,
+		"share":             "disabled",
+		"model":             OpenCodeProvider + "/" + defaultModel,
+		"small_model":       OpenCodeProvider + "/claude-haiku-4-5",
+		"enabled_providers": []string{OpenCodeProvider},
+		"provider": map[string]any{OpenCodeProvider: map[string]any{
+			"npm":     "@ai-sdk/anthropic",
+			"name":    "Scripted model server",
+			"options": map[string]any{"baseURL": baseURL + "/v1", "apiKey": apiKey},
+			"models": map[string]any{
+				"claude-sonnet-4-5": model("Sonnet (scripted)", 3, 15),
+				"claude-haiku-4-5":  model("Haiku (scripted)", 1, 5),
+			},
+		}},
+	}
 }
 
 func writeJSON(path string, v any) error {
