@@ -140,6 +140,15 @@ func (s *sim) step(in Input) Decision {
 	return d
 }
 
+// stepper returns a step function: pr observed at minute m of the test clock, under settings.
+func (s *sim) stepper(settings Settings) func(m int, pr PullRequestEvidence) Decision {
+	return func(m int, pr PullRequestEvidence) Decision {
+		in := withPR(t0.Add(time.Duration(m)*time.Minute), pr)
+		in.Settings = settings
+		return s.step(in)
+	}
+}
+
 func (s *sim) reaction(t agentsv1alpha1.ReactionTrigger) agentsv1alpha1.ReactionStatus {
 	for _, r := range s.status.Reactions {
 		if r.Trigger == t {

@@ -269,11 +269,7 @@ func mergeSettings() Settings {
 func TestApprovedAndGreenMergesOncePerHead(t *testing.T) {
 	g := NewWithT(t)
 	s := newSim(running().Previous)
-	step := func(m int, pr PullRequestEvidence) Decision {
-		in := withPR(t0.Add(time.Duration(m)*time.Minute), pr)
-		in.Settings = mergeSettings()
-		return s.step(in)
-	}
+	step := s.stepper(mergeSettings())
 
 	d := step(0, approvedGreen(shaA))
 	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseMergeable))
@@ -474,11 +470,7 @@ func TestCIFailureNotifyCountsAttemptsAndEscalates(t *testing.T) {
 		agentsv1alpha1.TriggerCIFailed: {Action: agentsv1alpha1.ReactionNotify, Retries: ptr(int32(1)), Priority: agentsv1alpha1.PriorityInfo},
 	}}
 	s := newSim(running().Previous)
-	step := func(m int, pr PullRequestEvidence) Decision {
-		in := withPR(t0.Add(time.Duration(m)*time.Minute), pr)
-		in.Settings = settings
-		return s.step(in)
-	}
+	step := s.stepper(settings)
 	d := step(0, failing(openPR(), shaA))
 	g.Expect(actionsOf(d, ActionNotify)).To(ConsistOf(HaveField("Priority", agentsv1alpha1.PriorityInfo)))
 	g.Expect(actionsOf(d, ActionSendToAgent)).To(BeEmpty())
@@ -606,11 +598,7 @@ func TestReactionMessageWaitsForRoom(t *testing.T) {
 func TestAnotherPullRequestsMergeIsNotOurs(t *testing.T) {
 	g := NewWithT(t)
 	s := newSim(running().Previous)
-	step := func(m int, pr PullRequestEvidence) Decision {
-		in := withPR(t0.Add(time.Duration(m)*time.Minute), pr)
-		in.Settings = mergeSettings()
-		return s.step(in)
-	}
+	step := s.stepper(mergeSettings())
 	green := approvedGreen(shaA)
 	green.BaseRequiresUpToDate = true
 	green.MergeState = agentsv1alpha1.MergeStateBlocked // the protection waits for something else

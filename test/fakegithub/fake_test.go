@@ -35,19 +35,29 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// world builds a repository with a pull request that has checks, statuses, reviews, threads and
-// an issue, so that every shape the fake serves is populated.
-func world(t *testing.T) (*Server, *recorder, int) {
+// helloWorld starts a fake (opts, with signed webhooks to a recorder) with the token "tok" of
+// octocat and the empty repository octocat/Hello-World.
+func helloWorld(t *testing.T, opts Options) (*Server, *recorder) {
 	t.Helper()
 	g := NewWithT(t)
 	rec := &recorder{byEv: map[string][][]byte{}, sigs: map[string][]string{}}
-	s, err := New(Options{Dir: t.TempDir(), WebhookHandler: rec, WebhookSecret: []byte("s3cret")})
+	opts.Dir, opts.WebhookHandler, opts.WebhookSecret = t.TempDir(), rec, []byte("s3cret")
+	s, err := New(opts)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.Start("127.0.0.1:0")).To(Succeed())
 	t.Cleanup(func() { _ = s.Close() })
 	s.AddToken("tok", "octocat")
 	_, err = s.CreateRepo("octocat/Hello-World", "main", nil)
 	g.Expect(err).NotTo(HaveOccurred())
+	return s, rec
+}
+
+// world builds a repository with a pull request that has checks, statuses, reviews, threads and
+// an issue, so that every shape the fake serves is populated.
+func world(t *testing.T) (*Server, *recorder, int) {
+	t.Helper()
+	g := NewWithT(t)
+	s, rec := helloWorld(t, Options{})
 	g.Expect(s.SetProtection("octocat/Hello-World", Protection{RequiredChecks: []string{"build"}, RequiredApprovals: 1})).To(Succeed())
 	sha, err := s.Push("octocat/Hello-World", "new-topic", map[string]string{"f.txt": "x"}, "work")
 	g.Expect(err).NotTo(HaveOccurred())

@@ -154,15 +154,8 @@ func TestNodeLimitAnswerKeepsGitHubShape(t *testing.T) {
 
 func TestMergeableUnknownFirstIsOneReadPerQuery(t *testing.T) {
 	g := NewWithT(t)
-	rec := &recorder{byEv: map[string][][]byte{}, sigs: map[string][]string{}}
-	s, err := New(Options{Dir: t.TempDir(), WebhookHandler: rec, WebhookSecret: []byte("s3cret"), MergeableUnknownFirst: true})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s.Start("127.0.0.1:0")).To(Succeed())
-	t.Cleanup(func() { _ = s.Close() })
-	s.AddToken("tok", "octocat")
-	_, err = s.CreateRepo("octocat/Hello-World", "main", nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = s.Push("octocat/Hello-World", "topic", map[string]string{"f.txt": "x"}, "work")
+	s, rec := helloWorld(t, Options{MergeableUnknownFirst: true})
+	_, err := s.Push("octocat/Hello-World", "topic", map[string]string{"f.txt": "x"}, "work")
 	g.Expect(err).NotTo(HaveOccurred())
 	n, err := s.OpenPullRequest("octocat/Hello-World", "octocat", "topic", "main", "Topic", "", false)
 	g.Expect(err).NotTo(HaveOccurred())

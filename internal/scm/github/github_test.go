@@ -20,6 +20,17 @@ import (
 
 var ctx = context.Background()
 
+// openMany opens n pull requests (branches b00, b01, …) and returns a refresh request for each.
+func (e *env) openMany(t *testing.T, n int) []scm.RefreshRequest {
+	t.Helper()
+	refs := make([]scm.RefreshRequest, 0, n)
+	for i := range n {
+		pr := e.open(t, fmt.Sprintf("b%02d", i), false)
+		refs = append(refs, scm.RefreshRequest{Ref: scm.PRRef{Repo: e.repo, Number: pr.Number}})
+	}
+	return refs
+}
+
 func (e *env) open(t *testing.T, branch string, draft bool) *scm.PullRequest {
 	t.Helper()
 	e.branch(t, e.full, branch)
@@ -426,11 +437,7 @@ func TestPagingBeyondOneHundredChecks(t *testing.T) {
 func TestBatchedReadsCostOnePointPerQuery(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t)
-	var refs []scm.RefreshRequest
-	for i := 0; i < 30; i++ {
-		pr := e.open(t, fmt.Sprintf("b%02d", i), false)
-		refs = append(refs, scm.RefreshRequest{Ref: scm.PRRef{Repo: e.repo, Number: pr.Number}})
-	}
+	refs := e.openMany(t, 30)
 	before := e.fake.Stats()
 	res, err := e.p.Refresh(ctx, refs)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -654,11 +661,7 @@ func TestSecondaryRateLimits(t *testing.T) {
 func TestSecondaryLimitOnBatchedRead(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t)
-	var refs []scm.RefreshRequest
-	for i := 0; i < 3; i++ {
-		pr := e.open(t, fmt.Sprintf("b%d", i), false)
-		refs = append(refs, scm.RefreshRequest{Ref: scm.PRRef{Repo: e.repo, Number: pr.Number}})
-	}
+	refs := e.openMany(t, 3)
 	p, m := e.counted(t, 0)
 	before := e.fake.Stats()
 	// GitHub refuses the query itself with a secondary limit (403, its message, no Retry-After).
