@@ -405,7 +405,12 @@ func goBuild(ctx context.Context, repo, out, pkg string) error {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	// The compiler with a relaxed GC builds ~20% faster (hack/toolexec-gogc.sh has the numbers).
+	gogc := os.Getenv("SHEPHERD_BUILD_GOGC")
+	if gogc == "" {
+		gogc = "400"
+	}
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOGC="+gogc)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, strings.TrimSpace(string(b)))
 	}

@@ -15,19 +15,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	fakecorev1 "k8s.io/client-go/kubernetes/typed/core/v1/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 )
 
-// testProvisioner is a provisioner on a fake API whose listers read the given indexers, so a
+// testProvisioner is a provisioner on a fake core/v1 API (client-go's object tracker, which
+// keeps what is written and answers reads from it) whose listers read the given indexers, so a
 // test decides what the caches hold.
 type testProvisioner struct {
 	*provisioner
-	cs                       *fake.Clientset
+	cs                       *fakecorev1.FakeCoreV1
 	claims, volumes, classes cache.Indexer
 	events                   *record.FakeRecorder
 }
@@ -35,7 +38,7 @@ type testProvisioner struct {
 func newTestProvisioner(t *testing.T, objs ...any) *testProvisioner {
 	t.Helper()
 	tp := &testProvisioner{
-		cs:      fake.NewClientset(),
+		cs:      fakeCore(),
 		claims:  cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		volumes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		classes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
@@ -56,7 +59,7 @@ func newTestProvisioner(t *testing.T, objs ...any) *testProvisioner {
 		case *corev1.PersistentVolume:
 			err = tp.volumes.Add(o)
 			if err == nil {
-				_, err = tp.cs.CoreV1().PersistentVolumes().Create(context.Background(), o, metav1.CreateOptions{})
+				_, err = tp.cs.PersistentVolumes().Create(context.Background(), o, metav1.CreateOptions{})
 			}
 		case *storagev1.StorageClass:
 			err = tp.classes.Add(o)
@@ -66,6 +69,14 @@ func newTestProvisioner(t *testing.T, objs ...any) *testProvisioner {
 		}
 	}
 	return tp
+}
+
+// fakeCore is client-go's fake core/v1 client on an object tracker, as fake.NewClientset wires it.
+func fakeCore() *fakecorev1.FakeCoreV1 {
+	tracker := clienttesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder())
+	f := &clienttesting.Fake{}
+	f.AddReactor("*", "*", clienttesting.ObjectReaction(tracker))
+	return &fakecorev1.FakeCoreV1{Fake: f}
 }
 
 // pendingClaim is a claim of the local class after the scheduler picked node and the PV
@@ -99,7 +110,7 @@ func TestProvisionAndDelete(t *testing.T) {
 	tp := newTestProvisioner(t, claim, storageClass())
 
 	g.Expect(tp.syncClaim(ctx, claim.Namespace, claim.Name)).To(Succeed())
-	pv, err := tp.cs.CoreV1().PersistentVolumes().Get(ctx, "pvc-0f1e2d3c", metav1.GetOptions{})
+	pv, err := tp.cs.PersistentVolumes().Get(ctx, "pvc-0f1e2d3c", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	dir := filepath.Join(tp.volumesDir, "pvc-0f1e2d3c")
 	g.Expect(pv.Annotations).To(HaveKeyWithValue(annProvisionedBy, provisionerName))
@@ -129,7 +140,7 @@ func TestProvisionAndDelete(t *testing.T) {
 	g.Expect(tp.volumes.Update(pv)).To(Succeed())
 	g.Expect(tp.syncVolume(ctx, pv.Name)).To(Succeed())
 	g.Expect(dir).NotTo(BeAnExistingFile())
-	_, err = tp.cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+	_, err = tp.cs.PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 	g.Expect(err).To(MatchError(ContainSubstring("not found")))
 }
 
@@ -197,7 +208,7 @@ func TestProvisionRefusals(t *testing.T) {
 			tp := newTestProvisioner(t, claim, class)
 			g.Expect(tp.syncClaim(context.Background(), claim.Namespace, claim.Name)).To(Succeed())
 			g.Expect(<-tp.events.Events).To(HavePrefix("Warning ProvisioningFailed"))
-			pvs, err := tp.cs.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+			pvs, err := tp.cs.PersistentVolumes().List(context.Background(), metav1.ListOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(pvs.Items).To(BeEmpty())
 		})
@@ -221,7 +232,7 @@ func TestDeleteOnlyOwnDirectories(t *testing.T) {
 	g.Expect(tp.syncVolume(context.Background(), pv.Name)).To(Succeed())
 	g.Expect(elsewhere).To(BeADirectory())
 	g.Expect(<-tp.events.Events).To(HavePrefix("Warning VolumeFailedDelete"))
-	_, err := tp.cs.CoreV1().PersistentVolumes().Get(context.Background(), pv.Name, metav1.GetOptions{})
+	_, err := tp.cs.PersistentVolumes().Get(context.Background(), pv.Name, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred(), "the object stays for a human to look at")
 }
 
@@ -243,7 +254,7 @@ func TestFinalizer(t *testing.T) {
 		Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeBound},
 	}
 	g.Expect(tp.volumes.Add(pv)).To(Succeed())
-	_, err := tp.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	_, err := tp.cs.PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	g.Expect(tp.syncVolume(ctx, pv.Name)).To(Succeed())
@@ -253,7 +264,7 @@ func TestFinalizer(t *testing.T) {
 	g.Expect(tp.volumes.Update(pv)).To(Succeed())
 	g.Expect(tp.syncVolume(ctx, pv.Name)).To(Succeed())
 	g.Expect(dir).NotTo(BeAnExistingFile())
-	got, err := tp.cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+	got, err := tp.cs.PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.Finalizers).To(ConsistOf("kubernetes.io/pv-protection"))
 }
@@ -275,16 +286,16 @@ func TestResize(t *testing.T) {
 	pv := tp.volumeFor(claim, storageClass(), claim.Spec.VolumeName, filepath.Join(tp.volumesDir, claim.Spec.VolumeName), resource.MustParse("3Gi"))
 	g.Expect(tp.volumes.Add(pv)).To(Succeed())
 	g.Expect(tp.claims.Add(claim)).To(Succeed())
-	_, err := tp.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	_, err := tp.cs.PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	_, err = tp.cs.CoreV1().PersistentVolumeClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{})
+	_, err = tp.cs.PersistentVolumeClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	g.Expect(tp.syncClaim(ctx, claim.Namespace, claim.Name)).To(Succeed())
-	gotPV, err := tp.cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+	gotPV, err := tp.cs.PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(gotPV.Spec.Capacity.Storage().String()).To(Equal("5Gi"))
-	gotClaim, err := tp.cs.CoreV1().PersistentVolumeClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+	gotClaim, err := tp.cs.PersistentVolumeClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(gotClaim.Status.Capacity.Storage().String()).To(Equal("5Gi"))
 	g.Expect(gotClaim.Status.AllocatedResources.Storage().String()).To(Equal("5Gi"))

@@ -263,12 +263,17 @@ func buildEnv() []string {
 	env := make([]string, 0, len(os.Environ())+3)
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "GOFLAGS=") || strings.HasPrefix(kv, "CGO_ENABLED=") || strings.HasPrefix(kv, "GOOS=") ||
-			strings.HasPrefix(kv, "GOARCH=") {
+			strings.HasPrefix(kv, "GOARCH=") || strings.HasPrefix(kv, "GOGC=") {
 			continue
 		}
 		env = append(env, kv)
 	}
-	return append(env, "CGO_ENABLED=1", "GOFLAGS=-mod=mod -buildvcs=false")
+	// The compiler with a relaxed GC builds ~20% faster (hack/toolexec-gogc.sh has the numbers).
+	gogc := os.Getenv("SHEPHERD_BUILD_GOGC")
+	if gogc == "" {
+		gogc = "400"
+	}
+	return append(env, "CGO_ENABLED=1", "GOFLAGS=-mod=mod -buildvcs=false", "GOGC="+gogc)
 }
 
 // copyTree copies a directory of the (read-only) module cache, making the copies writable so that
