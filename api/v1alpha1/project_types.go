@@ -234,6 +234,7 @@ const (
 )
 
 // WorkspaceSpec says how checkouts are made and stored.
+// +kubebuilder:validation:XValidation:rule=`!has(self.spareWorktrees) || self.spareWorktrees == 0 || !has(self.mode) || self.mode == 'Worktree'`,message="spareWorktrees needs mode Worktree: spares are worktrees of the Project's mirror"
 type WorkspaceSpec struct {
 	// Mode of new checkouts: Worktree (default) or Clone.
 	// +optional
@@ -267,6 +268,17 @@ type WorkspaceSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=16
 	Setup []SetupCommand `json:"setup,omitempty"`
+
+	// SpareWorktrees is how many checkouts of the base branch (worktree mode only) are kept made
+	// ahead of time on the Project's volume. A new session claims one (a rename on the volume
+	// and a switch of its branch) instead of writing the whole tree, so its agent starts in about
+	// the time of the fetch; the session's runner then makes a new spare in the background while
+	// its agent works. Each spare costs the disk of one checkout. 0 (default) keeps none. Setup
+	// commands still run in the claimed checkout.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=8
+	SpareWorktrees int32 `json:"spareWorktrees,omitempty"`
 }
 
 // StorageSpec describes a volume.

@@ -2,7 +2,7 @@
 //
 //	runner copy-self  --to /shepherd/bin/runner
 //	runner prepare    --mode Worktree --path ... --mirror ... --remote-url ... --branch ... --base ... [--shared-paths ... --shared-dir ...]
-//	runner run        --workdir ... --manager-url ...
+//	runner run        --workdir ... --manager-url ... [--spare-worktrees N --mirror ... --base ...]
 //	runner credential get            (git's credential helper; git runs it, not people)
 //	runner mirror     --mirror ... --remote-url ...
 //	runner remove     --mode ... --path ... [--mirror ...]
@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -104,6 +105,13 @@ func envBool(name string) bool {
 	return v == "1" || v == "true" || v == "yes"
 }
 
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
 		return d
@@ -184,10 +192,19 @@ func run(ctx context.Context, args []string) (int, error) {
 	fs.DurationVar(&cfg.Debounce, "debounce", envDuration("SHEPHERD_DEBOUNCE", time.Second), "least time between coalesced reports (env SHEPHERD_DEBOUNCE)")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", envDuration("SHEPHERD_HEARTBEAT", 30*time.Second), "interval of heartbeat reports (env SHEPHERD_HEARTBEAT)")
 	fs.DurationVar(&cfg.StopGrace, "stop-grace", envDuration("SHEPHERD_STOP_GRACE", 10*time.Second), "time between SIGTERM and SIGKILL for the agent on stop (env SHEPHERD_STOP_GRACE)")
+	spares := fs.Int("spare-worktrees", envInt("SHEPHERD_SPARE_WORKTREES", -1), "spare worktrees of the mirror to keep ready for the next sessions, made after the agent started; 0 removes any, -1 leaves them alone (env SHEPHERD_SPARE_WORKTREES)")
+	mirror := fs.String("mirror", env("SHEPHERD_MIRROR_PATH", ""), "the Project's bare mirror; required with --spare-worktrees (env SHEPHERD_MIRROR_PATH)")
+	base := fs.String("base", env("SHEPHERD_BASE", "main"), "branch, tag or commit the spares are checked out at (env SHEPHERD_BASE)")
 	ch := channelFlags(fs)
 	_ = fs.Parse(args)
 	if cfg.Workdir == "" {
 		return 2, errors.New("--workdir is required")
+	}
+	if *spares >= 0 {
+		if *mirror == "" {
+			return 2, errors.New("--spare-worktrees needs --mirror")
+		}
+		cfg.Spares = &workspace.Spares{Mirror: *mirror, Dir: workspace.SpareDir(cfg.Workdir), Base: *base, Count: *spares}
 	}
 	cfg.Channel, cfg.Self = *ch, self()
 	return runner.Run(ctx, cfg)

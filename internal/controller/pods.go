@@ -59,14 +59,37 @@ func sharedCache(p *agentsv1alpha1.Project, mode agentsv1alpha1.WorkspaceMode) (
 }
 
 // prepareArgs are the runner's prepare flags for a Worktree.
+// baseOf is the branch, tag or commit a Worktree's branch starts from.
+func baseOf(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree) string {
+	if wt.Spec.Base != "" {
+		return string(wt.Spec.Base)
+	}
+	return projectBase(p)
+}
+
+// projectBase is the Project's default branch, which spare worktrees are checked out at (a
+// session on another base claims one all the same: its branch switch writes the difference).
+func projectBase(p *agentsv1alpha1.Project) string {
+	if p.Spec.Repository.DefaultBranch != "" {
+		return string(p.Spec.Repository.DefaultBranch)
+	}
+	return "main"
+}
+
+// runArgs are the agent container's runner arguments. In worktree mode the runner keeps the
+// Project's spare worktrees (spec.workspace.spareWorktrees; 0 removes any left from before) once
+// its agent has started.
+func runArgs(p *agentsv1alpha1.Project, vol checkoutVolume) []string {
+	args := []string{"run", "--workdir=" + vol.Path}
+	if vol.Mode == agentsv1alpha1.WorkspaceWorktree {
+		args = append(args, "--spare-worktrees="+strconv.Itoa(int(p.Spec.Workspace.SpareWorktrees)),
+			"--mirror="+mirrorPath, "--base="+projectBase(p))
+	}
+	return args
+}
+
 func prepareArgs(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol checkoutVolume) ([]string, error) {
-	base := string(wt.Spec.Base)
-	if base == "" {
-		base = string(p.Spec.Repository.DefaultBranch)
-	}
-	if base == "" {
-		base = "main"
-	}
+	base := baseOf(p, wt)
 	args := []string{
 		"prepare",
 		"--mode=" + string(vol.Mode),
@@ -413,7 +436,7 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 		Image:                    image,
 		ImagePullPolicy:          pull,
 		Command:                  []string{runnerBinary},
-		Args:                     []string{"run", "--workdir=" + vol.Path},
+		Args:                     runArgs(p, vol),
 		WorkingDir:               vol.Path,
 		Env:                      append(append(d.runnerEnv(homePath(sess.Name)), gitIdentity(sess.Name)...), agentEnv(agent)...),
 		VolumeMounts:             runnerMounts(pod),

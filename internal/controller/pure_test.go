@@ -583,6 +583,28 @@ func expectRestricted(g Gomega, pod *corev1.Pod) {
 	}
 }
 
+func TestRunArgs(t *testing.T) {
+	wt := MakeWorktree("fix", "ns", "widgets", "shepherd/fix").Obj()
+	wt.Spec.Base = "release-1.2" // the session's own base; spares follow the Project's default
+	for _, tc := range []struct {
+		name   string
+		mode   agentsv1alpha1.WorkspaceMode
+		spares int32
+		branch agentsv1alpha1.BranchName
+		want   []string
+	}{
+		{"clone mode has no spares", agentsv1alpha1.WorkspaceClone, 0, "", []string{"run", "--workdir=/shepherd/workspace/checkout"}},
+		{"worktree mode, spares asked for", agentsv1alpha1.WorkspaceWorktree, 3, "develop", []string{"run", "--workdir=/shepherd/workspace/worktrees/fix",
+			"--spare-worktrees=3", "--mirror=/shepherd/workspace/mirror.git", "--base=develop"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := MakeProject("widgets", "ns").URL("https://github.com/acme/widgets.git").Obj()
+			p.Spec.Workspace.Mode, p.Spec.Workspace.SpareWorktrees, p.Spec.Repository.DefaultBranch = tc.mode, tc.spares, tc.branch
+			NewWithT(t).Expect(runArgs(p, worktreeVolume("widgets", wt, tc.mode))).To(Equal(tc.want))
+		})
+	}
+}
+
 func TestAgentPod(t *testing.T) {
 	g := NewWithT(t)
 	mem := resource.MustParse("4Gi")
@@ -614,7 +636,9 @@ func TestAgentPod(t *testing.T) {
 	agent := pod.Spec.Containers[0]
 	g.Expect(agent.Name).To(Equal("agent"))
 	g.Expect(agent.Command).To(Equal([]string{"/shepherd/bin/runner"}))
-	g.Expect(agent.Args).To(Equal([]string{"run", "--workdir=/shepherd/workspace/worktrees/fix"}))
+	// In worktree mode the runner keeps the Project's spares (none asked for: any left are removed).
+	g.Expect(agent.Args).To(Equal([]string{"run", "--workdir=/shepherd/workspace/worktrees/fix",
+		"--spare-worktrees=0", "--mirror=/shepherd/workspace/mirror.git", "--base=main"}))
 	g.Expect(agent.Resources.Limits).To(HaveKeyWithValue(corev1.ResourceMemory, mem))
 	g.Expect(agent.Env).To(ContainElements(
 		corev1.EnvVar{Name: "SHEPHERD_MANAGER_URL", Value: "http://shepherd-runner.shepherd-system.svc:8090"},

@@ -42,6 +42,12 @@ type RunConfig struct {
 	// Stdout receives the agent's own output (kubectl logs); Stderr the agent's stderr and the
 	// runner's notes.
 	Stdout, Stderr io.Writer
+	// Spares, when set, are the Project's spare worktrees this runner tops up once its agent has
+	// started (workspace.FillSpares), so that the next session claims one.
+	Spares *workspace.Spares
+	// SpareGrace is how long a stopping runner lets a spare being made finish (a spare cut short
+	// is removed by the next fill, its work lost); default 15s, within the pod's 30s grace.
+	SpareGrace time.Duration
 }
 
 // InterruptedPrompt resumes a conversation whose turn was cut short when its pod went away.
@@ -63,6 +69,9 @@ func (c *RunConfig) defaults() {
 	}
 	if c.PublishRetry == 0 {
 		c.PublishRetry = 5 * time.Second
+	}
+	if c.SpareGrace == 0 {
+		c.SpareGrace = 15 * time.Second
 	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
@@ -96,6 +105,10 @@ type runner struct {
 	publishBackoff time.Duration
 	// prPending says commits were pushed and the pull request not asked for since.
 	prPending bool
+	// spares starts the fill of the spare worktrees once; sparesDone is closed when it ended.
+	spares       sync.Once
+	sparesDone   chan struct{}
+	sparesCancel context.CancelFunc
 }
 
 // publishRetryMax bounds the wait between two tries of a failed publish (RunConfig.PublishRetry
@@ -113,7 +126,7 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	r := &runner{cfg: cfg, client: client, git: NewGit(cfg.GitPath, cfg.Self, cfg.Channel, nil)}
+	r := &runner{cfg: cfg, client: client, git: NewGit(cfg.GitPath, cfg.Self, cfg.Channel, nil), sparesDone: make(chan struct{})}
 	if err := retry(ctx, "get task", func() error {
 		var err error
 		r.task, err = client.Task(ctx)
@@ -140,6 +153,7 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	repCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
 	repDone := make(chan struct{})
 	go func() { defer close(repDone); r.rep.loop(repCtx) }()
+	defer r.waitSpares()
 	defer func() {
 		// Deliver the last reports (the exit, say) even when ctx is already done.
 		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -149,6 +163,44 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		<-repDone
 	}()
 	return r.loop(ctx)
+}
+
+// fillSpares tops up the Project's spare worktrees in the background, once per runner: after the
+// agent started, so that the fill never delays it. The fill outlives ctx: when Run ends it gets
+// SpareGrace more (waitSpares), so a session stopped soon after its start still leaves a whole
+// spare behind.
+func (r *runner) fillSpares(ctx context.Context) {
+	r.spares.Do(func() {
+		if r.cfg.Spares == nil {
+			close(r.sparesDone)
+			return
+		}
+		var fillCtx context.Context
+		fillCtx, r.sparesCancel = context.WithCancel(context.WithoutCancel(ctx))
+		go func() {
+			defer close(r.sparesDone)
+			start := time.Now()
+			made, err := workspace.FillSpares(fillCtx, r.git, *r.cfg.Spares)
+			switch {
+			case err != nil:
+				r.notef("spare worktrees: %v (made %d)", err, made)
+			case made > 0:
+				r.notef("made %d spare worktree(s) for the next sessions in %s", made, time.Since(start).Round(time.Millisecond))
+			}
+		}()
+	})
+}
+
+// waitSpares lets a fill started by fillSpares finish, for SpareGrace at most, then stops it.
+func (r *runner) waitSpares() {
+	r.spares.Do(func() { close(r.sparesDone) }) // never started: nothing to wait for
+	select {
+	case <-r.sparesDone:
+	case <-time.After(r.cfg.SpareGrace):
+		r.notef("stopping the spare worktree fill after %s; the next fill removes what it left", r.cfg.SpareGrace)
+		r.sparesCancel()
+		<-r.sparesDone
+	}
 }
 
 func (r *runner) notef(format string, args ...any) {
@@ -184,6 +236,7 @@ func (r *runner) loop(ctx context.Context) (int, error) {
 		}
 	default:
 		r.notef("restored conversation %s; waiting for messages", r.sessionID)
+		r.fillSpares(ctx)
 	}
 	return r.deliverMessages(ctx)
 }
@@ -307,6 +360,7 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	if started != nil {
 		started()
 	}
+	r.fillSpares(ctx)
 	stopWatch := make(chan struct{})
 	go func() {
 		select {

@@ -102,6 +102,7 @@ type harness struct {
 	stderr   *syncBuffer
 	cancel   context.CancelFunc
 	done     chan result
+	spares   *workspace.Spares
 }
 
 type result struct {
@@ -132,6 +133,8 @@ type options struct {
 	branch string
 	prompt string
 	sc     scenario
+	// spares is the Project's spareWorktrees (worktree mode); 0 passes no Spares to Run.
+	spares int
 }
 
 // newHarness starts a git server that requires credentials, the real channel handler with an
@@ -183,6 +186,9 @@ func newHarness(t *testing.T, o options) *harness {
 		wo.MirrorPath = ""
 	}
 	h.checkout = wo.Path
+	if o.spares > 0 {
+		h.spares = &workspace.Spares{Mirror: wo.MirrorPath, Dir: workspace.SpareDir(wo.Path), Base: "main", Count: o.spares}
+	}
 	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: wo, Channel: h.channel(), Self: runnerBin})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Facts.Branch).To(Equal(o.branch))
@@ -200,7 +206,7 @@ func (h *harness) start() {
 	go func() {
 		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Self: runnerBin,
 			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
-			Stdout: h.stdout, Stderr: h.stderr})
+			Stdout: h.stdout, Stderr: h.stderr, Spares: h.spares})
 		h.done <- result{code, err}
 	}()
 	h.t.Cleanup(cancel)
@@ -357,6 +363,33 @@ func TestQuestionReportsWaitingForInput(t *testing.T) {
 			g.Expect(h.wait().code).To(Equal(0))
 		})
 	}
+}
+
+// TestRunnerMakesSpares: once its agent has started, the runner tops up the Project's spare
+// worktrees; a stop right after the start lets the fill finish (within SpareGrace), so the next
+// session's prepare claims a whole spare.
+func TestRunnerMakesSpares(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/spares",
+		prompt: "Fix the widgets", spares: 2, sc: scenario{Turns: []turn{{Steps: []map[string]any{{"ask": "Which widgets?"}}}}}})
+	h.start()
+	g.Eventually(func() *runnerapi.ActivityReport { return h.env.Backend.Activity(h.session) }).WithTimeout(30 * time.Second).
+		Should(HaveField("State", agentsv1alpha1.ActivityActive))
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+	ready, _ := filepath.Glob(filepath.Join(h.spares.Dir, "spare-*.ready"))
+	g.Expect(ready).To(HaveLen(2), "runner output:\n%s", h.stderr.String())
+	dirs, _ := filepath.Glob(filepath.Join(h.spares.Dir, "spare-*"))
+	g.Expect(dirs).To(HaveLen(4), "each spare whole: its directory and its marker, nothing half-made")
+	g.Expect(h.stderr.String()).To(ContainSubstring("made 2 spare worktree(s)"))
+
+	// The next session's prepare claims one.
+	o := workspace.Options{Mode: agentsv1alpha1.WorkspaceWorktree, RemoteURL: h.srv.URL(repo), Branch: "shepherd/next", Base: "main",
+		MirrorPath: h.spares.Mirror, Path: filepath.Join(filepath.Dir(h.checkout), "wt-2")}
+	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: o, Channel: h.channel(), Self: runnerBin})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Spare).To(BeTrue())
+	g.Expect(res.Facts.Branch).To(Equal("shepherd/next"))
 }
 
 func TestCrashReportsExitCodeAndLastLines(t *testing.T) {

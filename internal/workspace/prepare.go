@@ -57,6 +57,8 @@ type Result struct {
 	// from (clone mode). A restore, a worktree added from a present mirror and a clone borrowing
 	// from it fetch only what changed. The manager labels the time to running cold or warm by it.
 	FullFetch bool `json:"fullFetch,omitempty"`
+	// Spare is true when the checkout was a spare worktree made ahead of time (spares.go).
+	Spare bool `json:"spare,omitempty"`
 	// BranchAction says how the branch came to be checked out: created, adopted, existing.
 	BranchAction string      `json:"branchAction"`
 	Setup        SetupResult `json:"setup"`
@@ -255,6 +257,14 @@ func prepareWorktree(ctx context.Context, g *Git, o Options, state pathState, re
 	if err != nil {
 		return err
 	}
+	claimed, err := claimSpare(ctx, g, o.MirrorPath, o.Path)
+	if err != nil {
+		return err
+	}
+	if claimed {
+		res.Spare, res.BranchAction = true, action
+		return checkoutPlanned(ctx, g, o.Path, o.Branch, action, start)
+	}
 	var args []string
 	switch action {
 	case BranchExisting:
@@ -384,15 +394,21 @@ func switchBranch(ctx context.Context, g *Git, o Options, path string) (string, 
 	if err != nil {
 		return "", err
 	}
+	return action, checkoutPlanned(ctx, g, path, o.Branch, action, start)
+}
+
+// checkoutPlanned puts the clean checkout at path on branch as branchPlan decided.
+func checkoutPlanned(ctx context.Context, g *Git, path, branch, action, start string) error {
+	var err error
 	switch action {
 	case BranchExisting:
-		_, err = g.Run(ctx, path, "checkout", "-q", o.Branch)
+		_, err = g.Run(ctx, path, "checkout", "-q", branch)
 	case BranchAdopted:
-		_, err = g.Run(ctx, path, "checkout", "-q", "--track", "-b", o.Branch, start)
+		_, err = g.Run(ctx, path, "checkout", "-q", "--track", "-b", branch, start)
 	default:
-		_, err = g.Run(ctx, path, "checkout", "-q", "--no-track", "-b", o.Branch, start)
+		_, err = g.Run(ctx, path, "checkout", "-q", "--no-track", "-b", branch, start)
 	}
-	return action, err
+	return err
 }
 
 // mirrorPresent reports whether a bare mirror exists at path (empty: none mounted).

@@ -233,6 +233,20 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.workspace.sharedPaths: Invalid value: sharedPaths must not nest: list only the outer path (a path inside a shared path is already in the cache)`,
 		}),
+		Entry("spare worktrees in clone mode", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Workspace.Mode, s.Workspace.SpareWorktrees = agentsv1alpha1.WorkspaceClone, 1
+				}).Obj()
+			},
+			want: `spec.workspace: Invalid value: spareWorktrees needs mode Worktree: spares are worktrees of the Project's mirror`,
+		}),
+		Entry("too many spare worktrees", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) { s.Workspace.SpareWorktrees = 9 }).Obj()
+			},
+			want: `spec.workspace.spareWorktrees: Invalid value: 9: spec.workspace.spareWorktrees in body should be less than or equal to 8`,
+		}),
 		Entry("an egress rule that is not a CIDR", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -134,5 +135,15 @@ func (b *bench) createProject(ctx context.Context, name string) error {
 		return err
 	}
 	b.line("Project %s Ready in %.1fs (not measured)", name, time.Since(started).Seconds())
+	return nil
+}
+
+// setSpares sets the Project's spec.workspace.spareWorktrees.
+func (b *bench) setSpares(ctx context.Context, project string, n int) error {
+	p := &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: project, Namespace: b.o.namespace}}
+	patch := []byte(fmt.Sprintf(`{"spec":{"workspace":{"spareWorktrees":%d}}}`, n))
+	if err := b.env.cl.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("set spareWorktrees of Project %s: %w", project, err)
+	}
 	return nil
 }

@@ -23,6 +23,9 @@
 //     next. -between=delete deletes each instead: on the machine this was written on, a checkout
 //     made right after another's removal took several times longer, for git by hand as for
 //     Shepherd, which measures the node's file system rather than the start;
+//   - warm with spares: -spares N sets the Project's spec.workspace.spareWorktrees, one
+//     unmeasured session makes the first spares, then -warm more sessions, each claiming a spare
+//     the previous session's runner made while its agent ran (its stop waits for that);
 //   - baselines, in the same run on the same node: a bare pod that only starts the agent (the
 //     node's pod-start latency), and bare pods doing the same git work themselves with the same
 //     image, no Shepherd in between: `git clone --mirror` then `git worktree add` on a new volume
@@ -66,6 +69,7 @@ type options struct {
 	spec       benchrepo.Spec
 	cold, warm int
 	baseline   int
+	spares     int
 	namespace  string
 	kubeconfig string
 	containerd string
@@ -114,6 +118,7 @@ func mainExit() int {
 	flag.IntVar(&o.spec.AssetKB, "asset-kb", benchrepo.Large.AssetKB, "size of the binary asset each commit rewrites (drives the history's size)")
 	flag.IntVar(&o.cold, "cold", 3, "cold samples: each a new Project and its first session")
 	flag.IntVar(&o.warm, "warm", 20, "warm samples: sessions on a Project whose mirror exists, one at a time")
+	flag.IntVar(&o.spares, "spares", 1, "after the warm samples, set the Project's spec.workspace.spareWorktrees to this and take -warm more samples, each claiming the spare the previous session's runner made (0: skip)")
 	flag.IntVar(&o.baseline, "baseline", 5, "samples of each warm baseline (bare pod start, git worktree add by hand); the cold baseline runs -cold times")
 	flag.StringVar(&o.namespace, "namespace", "shepherd-bench-session-start", "the benchmark's namespace (recreated, deleted at the end)")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "the cluster's kubeconfig (default: localcluster env)")
@@ -136,6 +141,10 @@ func mainExit() int {
 	}
 	if o.cold < 1 || o.warm < 1 || o.baseline < 1 {
 		fmt.Fprintln(os.Stderr, "bench-session-start: -cold, -warm and -baseline must be at least 1")
+		return 2
+	}
+	if o.spares < 0 || o.spares > 8 {
+		fmt.Fprintln(os.Stderr, "bench-session-start: -spares must be between 0 and 8 (the API's bounds)")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -306,6 +315,31 @@ func (b *bench) measure(ctx context.Context) error {
 			if err := b.deletePod(ctx, pod); err != nil {
 				return err
 			}
+		}
+	}
+	if b.o.spares == 0 {
+		return nil
+	}
+	b.section("warm with spare worktrees: spec.workspace.spareWorktrees=%d on Project %s, one unmeasured session to make the first spare, then %d sessions",
+		b.o.spares, project, b.o.warm)
+	if err := b.setSpares(ctx, project, b.o.spares); err != nil {
+		return err
+	}
+	// The first session after the change finds no spare yet (none was asked for); its runner
+	// makes them once its agent runs, and its stop waits for that (the runner's spare grace).
+	if _, err := b.sessionSample(ctx, groupShepherdSpare, project, "spare-00"); err != nil {
+		return fmt.Errorf("spare-00: %w", err)
+	}
+	if err := b.endSession(ctx, "spare-00"); err != nil {
+		return err
+	}
+	for i := 1; i <= b.o.warm; i++ {
+		name := fmt.Sprintf("spare-%02d", i)
+		if err := b.record(b.sessionSample(ctx, groupShepherdSpare, project, name)); err != nil {
+			return err
+		}
+		if err := b.endSession(ctx, name); err != nil {
+			return err
 		}
 	}
 	return nil

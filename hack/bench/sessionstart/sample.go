@@ -23,9 +23,12 @@ import (
 const (
 	groupShepherdCold = "Shepherd, cold"
 	groupShepherdWarm = "Shepherd, warm"
-	groupHandCold     = "by hand, cold"
-	groupHandWarm     = "by hand, warm"
-	groupPodStart     = "bare pod start"
+	// groupShepherdSpare: warm, on a Project with spec.workspace.spareWorktrees: the prepare step
+	// claims the spare worktree the previous session's runner made.
+	groupShepherdSpare = "Shepherd, spare"
+	groupHandCold      = "by hand, cold"
+	groupHandWarm      = "by hand, warm"
+	groupPodStart      = "bare pod start"
 )
 
 // Container names in the agent pods Shepherd makes (internal/controller/names.go); the
@@ -51,6 +54,8 @@ type sample struct {
 	rt runtimeTimes
 	// fullFetch: Shepherd's prepare step fetched the repository whole (made the mirror).
 	fullFetch *bool
+	// spare: Shepherd's prepare step claimed a spare worktree.
+	spare *bool
 	// load is the machine's 1-minute load average when the sample started.
 	load string
 }
@@ -72,6 +77,9 @@ func (s sample) summary() string {
 		out += fmt.Sprintf(", %s %.2fs-%.2fs", c.name, since(s.t0, c.started).Seconds(), since(s.t0, c.finished).Seconds())
 	}
 	out += ") load " + s.load
+	if s.spare != nil && *s.spare {
+		out += " spare"
+	}
 	if s.fullFetch != nil {
 		out += fmt.Sprintf(" fullFetch=%v", *s.fullFetch)
 	}
@@ -168,14 +176,15 @@ func (b *bench) sessionSample(ctx context.Context, group, project, name string) 
 	s.agent = at.Sub(s.t0)
 	pt, _ = b.pods.find(match)
 	b.fill(ctx, &s, pt)
-	s.fullFetch = fullFetch(pt.last)
+	s.fullFetch, s.spare = prepareResult(pt.last)
 	return s, nil
 }
 
-// fullFetch reads the prepare step's result (its termination message, as the controller does).
-func fullFetch(pod *corev1.Pod) *bool {
+// prepareResult reads the prepare step's result (its termination message, as the controller
+// does): whether it fetched the repository whole, and whether it claimed a spare worktree.
+func prepareResult(pod *corev1.Pod) (fullFetch, spare *bool) {
 	if pod == nil {
-		return nil
+		return nil, nil
 	}
 	for _, st := range pod.Status.InitContainerStatuses {
 		if st.Name != shepherdPrepare || st.State.Terminated == nil {
@@ -184,13 +193,14 @@ func fullFetch(pod *corev1.Pod) *bool {
 		var res struct {
 			Path      string `json:"path"`
 			FullFetch bool   `json:"fullFetch"`
+			Spare     bool   `json:"spare"`
 		}
 		if json.Unmarshal([]byte(st.State.Terminated.Message), &res) != nil || res.Path == "" {
-			return nil
+			return nil, nil
 		}
-		return &res.FullFetch
+		return &res.FullFetch, &res.Spare
 	}
-	return nil
+	return nil, nil
 }
 
 // podState describes a pod for an error message.
