@@ -105,7 +105,7 @@ func run(files, commits, assetKB, runs int, linkMbps float64, cache string) erro
 	prep := func(mode agentsv1alpha1.WorkspaceMode, mirrorPath, dir string) func(i int) (string, []string, error) {
 		return func(i int) (string, []string, error) {
 			o := workspace.Options{Mode: mode, MirrorPath: mirrorPath, RemoteURL: url, Base: "main",
-				Branch: fmt.Sprintf("bench/%s-%d", strings.ToLower(string(mode)), i), Path: filepath.Join(work, dir, fmt.Sprint(i), "repo")}
+				Branch: fmt.Sprintf("bench/%s-%d", dir, i), Path: filepath.Join(work, dir, fmt.Sprint(i), "repo")}
 			_, err := workspace.Prepare(ctx, git, o)
 			var extra []string
 			if mode == agentsv1alpha1.WorkspaceWorktree {
