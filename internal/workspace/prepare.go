@@ -263,7 +263,7 @@ func prepareWorktree(ctx context.Context, g *Git, o Options, state pathState, re
 	}
 	if claimed {
 		res.Spare, res.BranchAction = true, action
-		return checkoutPlanned(ctx, g, o.Path, o.Branch, action, start)
+		return checkoutClaimed(ctx, g, o.Path, o.Branch, action, start)
 	}
 	var args []string
 	switch action {
@@ -395,6 +395,26 @@ func switchBranch(ctx context.Context, g *Git, o Options, path string) (string, 
 		return "", err
 	}
 	return action, checkoutPlanned(ctx, g, path, o.Branch, action, start)
+}
+
+// checkoutClaimed puts a claimed spare (clean, detached) on branch. When a new branch starts at
+// the spare's own commit, the usual case (the base did not move since the spare was made), only
+// refs change: the branch is created at HEAD and HEAD pointed at it, which is what checkout does
+// for an identical tree, without checkout's refresh of every index entry (~0.25 s on 50,000
+// files). Otherwise checkoutPlanned, which writes what differs.
+func checkoutClaimed(ctx context.Context, g *Git, path, branch, action, start string) error {
+	if action == BranchCreated {
+		head, herr := g.Run(ctx, path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+		want, werr := g.Run(ctx, path, "rev-parse", "--verify", "--quiet", start+"^{commit}")
+		if herr == nil && werr == nil && head == want {
+			if _, err := g.Run(ctx, path, "branch", "--no-track", "--", branch, head); err != nil {
+				return err
+			}
+			_, err := g.Run(ctx, path, "symbolic-ref", "-m", "checkout: moving from "+head+" to "+branch, "HEAD", "refs/heads/"+branch)
+			return err
+		}
+	}
+	return checkoutPlanned(ctx, g, path, branch, action, start)
 }
 
 // checkoutPlanned puts the clean checkout at path on branch as branchPlan decided.

@@ -17,6 +17,10 @@ import (
 // are kept for the worktrees dir.
 func spareFixture(t *testing.T) (*fixture, Spares) {
 	t.Helper()
+	// The index refresh after the racy-git second only saves time on large trees; these are tiny.
+	wait := racyWait
+	racyWait = 0
+	t.Cleanup(func() { racyWait = wait })
 	f := newFixture(t)
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-0", "shepherd/first")
 	_, err := Prepare(context.Background(), f.git, o)
@@ -90,6 +94,27 @@ func TestSpareIsClaimedInsteadOfCheckedOut(t *testing.T) {
 	g.Expect(res.Spare).To(BeFalse())
 	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/two", Head: newBase}))
 	f.run(t, s.Mirror, "fsck", "--no-progress")
+}
+
+// TestSpareOnAnUnmovedBase: when the base has not moved since the spare was made, the claim
+// only creates the branch at the spare's commit and points HEAD at it, as checkout would.
+func TestSpareOnAnUnmovedBase(t *testing.T) {
+	g := NewWithT(t)
+	f, s := spareFixture(t)
+	s.Count = 1
+	_, err := FillSpares(context.Background(), f.git, s)
+	g.Expect(err).NotTo(HaveOccurred())
+	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-1", "shepherd/unmoved")
+	res, err := Prepare(context.Background(), f.git, o)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Spare).To(BeTrue())
+	g.Expect(res.BranchAction).To(Equal(BranchCreated))
+	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/unmoved", Head: f.head}))
+	g.Expect(f.run(t, o.Path, "reflog", "-1", "--format=%gs")).To(Equal("checkout: moving from " + f.head + " to shepherd/unmoved"))
+	_, err = f.git.Run(context.Background(), o.Path, "rev-parse", "--abbrev-ref", "@{upstream}")
+	g.Expect(err).To(HaveOccurred(), "a new branch tracks nothing, as with worktree add --no-track")
+	f.run(t, o.Path, "commit", "-q", "--allow-empty", "-m", "work")
+	g.Expect(f.run(t, o.Path, "status", "--porcelain")).To(BeEmpty())
 }
 
 func TestFillSparesKeepsTheCount(t *testing.T) {

@@ -243,7 +243,15 @@ func (b *bench) run(ctx context.Context) error {
 		defer func() { _ = b.cri.Close() }()
 	}
 
-	b.metricsBefore, b.metricsErr = b.scrapeTimeToRunning(ctx)
+	// The manager was just rolled to this tree's image: its Service may still route to nothing
+	// for a few seconds (the first run of this scrape met "connection refused").
+	for deadline := time.Now().Add(time.Minute); ; {
+		b.metricsBefore, b.metricsErr = b.scrapeTimeToRunning(ctx)
+		if b.metricsErr == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
 	if err := b.measure(ctx); err != nil {
 		return err
 	}
