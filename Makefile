@@ -108,7 +108,7 @@ envtest-assets: ## Build (once) and print the envtest assets directory (etcd, ku
 	@$(KUBE_BINARIES) envtest
 
 .PHONY: test
-# On a fresh machine the envtest assets take ~8 of its cold minutes (kube-apiserver ~6.5).
+# On a fresh machine the envtest assets take ~7 of its ~15 cold minutes (kube-apiserver ~5.7).
 # Building them while controller-gen is installed was measured and saved nothing: both are
 # CPU-bound on 2 cores; `generated` now skips controller-gen when nothing it reads changed.
 test: generated ## Run the unit and envtest (real kube-apiserver) tests.

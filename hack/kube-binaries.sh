@@ -95,7 +95,7 @@ GO
     ldflags="$ldflags -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
   for b in "${missing_k8s[@]}"; do
-    log "building $b $K8S_VERSION (kube-apiserver takes ~7 min on 2 cores from a cold build cache)"
+    log "building $b $K8S_VERSION (kube-apiserver takes ~6 min on 2 cores from a cold build cache)"
     start=$(date +%s)
     (cd "$mod" && go build -trimpath -ldflags "$ldflags" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b")
     mv "$BIN/$b.tmp" "$BIN/$b"
