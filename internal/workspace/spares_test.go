@@ -28,6 +28,17 @@ func spareFixture(t *testing.T) (*fixture, Spares) {
 	return f, Spares{Mirror: o.MirrorPath, Dir: SpareDir(o.Path), Base: "main", Count: 2}
 }
 
+// withSpares is spareFixture with count spares made.
+func withSpares(t *testing.T, count int) (*fixture, Spares) {
+	t.Helper()
+	f, s := spareFixture(t)
+	s.Count = count
+	made, err := FillSpares(context.Background(), f.git, s)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	NewWithT(t).Expect(made).To(Equal(count))
+	return f, s
+}
+
 // worktreeList is the mirror's `git worktree list --porcelain`, one entry per worktree.
 func (f *fixture) worktreeList(t *testing.T, mirror string) []string {
 	t.Helper()
@@ -100,16 +111,15 @@ func TestSpareIsClaimedInsteadOfCheckedOut(t *testing.T) {
 // only creates the branch at the spare's commit and points HEAD at it, as checkout would.
 func TestSpareOnAnUnmovedBase(t *testing.T) {
 	g := NewWithT(t)
-	f, s := spareFixture(t)
-	s.Count = 1
-	_, err := FillSpares(context.Background(), f.git, s)
-	g.Expect(err).NotTo(HaveOccurred())
+	f, s := withSpares(t, 1)
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-1", "shepherd/unmoved")
+	spare, _ := readySpares(s.Dir)
 	res, err := Prepare(context.Background(), f.git, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Spare).To(BeTrue())
 	g.Expect(res.BranchAction).To(Equal(BranchCreated))
 	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/unmoved", Head: f.head}))
+	g.Expect(filepath.Join(s.Dir, spare[0])).NotTo(BeADirectory(), "the spare was moved to the checkout")
 	g.Expect(f.run(t, o.Path, "reflog", "-1", "--format=%gs")).To(Equal("checkout: moving from " + f.head + " to shepherd/unmoved"))
 	_, err = f.git.Run(context.Background(), o.Path, "rev-parse", "--abbrev-ref", "@{upstream}")
 	g.Expect(err).To(HaveOccurred(), "a new branch tracks nothing, as with worktree add --no-track")
@@ -162,10 +172,7 @@ func TestHalfMadeSpareIsRemoved(t *testing.T) {
 
 func TestUnusableSpareIsDiscarded(t *testing.T) {
 	g := NewWithT(t)
-	f, s := spareFixture(t)
-	s.Count = 1
-	_, err := FillSpares(context.Background(), f.git, s)
-	g.Expect(err).NotTo(HaveOccurred())
+	f, s := withSpares(t, 1)
 	ready, _ := readySpares(s.Dir)
 	// Its admin entry went missing (someone ran `git worktree remove` by hand, then restored the
 	// directory): git cannot open it, repair cannot relink it.
@@ -185,9 +192,7 @@ func TestUnusableSpareIsDiscarded(t *testing.T) {
 
 func TestConcurrentClaimsTakeEachSpareOnce(t *testing.T) {
 	g := NewWithT(t)
-	f, s := spareFixture(t)
-	_, err := FillSpares(context.Background(), f.git, s)
-	g.Expect(err).NotTo(HaveOccurred())
+	f, s := withSpares(t, 2)
 	const n = 4
 	var wg sync.WaitGroup
 	results := make([]*Result, n)

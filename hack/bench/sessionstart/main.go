@@ -307,11 +307,7 @@ func (b *bench) measure(ctx context.Context) error {
 	b.section("warm: %d sessions on Project %s (its mirror exists), one at a time; a warm start by hand after every %d", b.o.warm, project, every)
 	hand := 0
 	for i := 1; i <= b.o.warm; i++ {
-		name := fmt.Sprintf("warm-%02d", i)
-		if err := b.record(b.sessionSample(ctx, groupShepherdWarm, project, name)); err != nil {
-			return err
-		}
-		if err := b.endSession(ctx, name); err != nil {
+		if err := b.measuredSession(ctx, groupShepherdWarm, project, fmt.Sprintf("warm-%02d", i)); err != nil {
 			return err
 		}
 		if i%every == 0 && hand < b.o.baseline {
@@ -342,15 +338,19 @@ func (b *bench) measure(ctx context.Context) error {
 		return err
 	}
 	for i := 1; i <= b.o.warm; i++ {
-		name := fmt.Sprintf("spare-%02d", i)
-		if err := b.record(b.sessionSample(ctx, groupShepherdSpare, project, name)); err != nil {
-			return err
-		}
-		if err := b.endSession(ctx, name); err != nil {
+		if err := b.measuredSession(ctx, groupShepherdSpare, project, fmt.Sprintf("spare-%02d", i)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// measuredSession records one session's start in group and ends the session before the next.
+func (b *bench) measuredSession(ctx context.Context, group, project, name string) error {
+	if err := b.record(b.sessionSample(ctx, group, project, name)); err != nil {
+		return err
+	}
+	return b.endSession(ctx, name)
 }
 
 // record keeps a sample and prints it.
