@@ -58,7 +58,6 @@ func sharedCache(p *agentsv1alpha1.Project, mode agentsv1alpha1.WorkspaceMode) (
 	return workspaceMount + "/shared", ""
 }
 
-// prepareArgs are the runner's prepare flags for a Worktree.
 // baseOf is the branch, tag or commit a Worktree's branch starts from.
 func baseOf(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree) string {
 	if wt.Spec.Base != "" {
@@ -88,6 +87,7 @@ func runArgs(p *agentsv1alpha1.Project, vol checkoutVolume) []string {
 	return args
 }
 
+// prepareArgs are the runner's prepare flags for a Worktree.
 func prepareArgs(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol checkoutVolume) ([]string, error) {
 	base := baseOf(p, wt)
 	args := []string{
