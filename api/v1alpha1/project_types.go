@@ -639,20 +639,44 @@ type SchedulingSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// RuntimeClassName runs the pods under a sandboxing runtime (gVisor, Kata Containers); the
+	// RuntimeClass must exist. Empty uses the node's default runtime.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	RuntimeClassName string `json:"runtimeClassName,omitempty"`
 }
 
-// NetworkSpec restricts agent pod egress.
+// NetworkSpec says where agent pods may connect. Egress is closed by default: an agent pod
+// reaches the cluster's DNS pods, the manager's runner channel and the egress proxy, and nothing
+// else; the runner reaches the forge (through the manager) and the model API (through the egress
+// proxy) on the agent's behalf.
 type NetworkSpec struct {
-	// Egress: when set, agent pods may only reach DNS, the manager, and the listed destinations
-	// (a NetworkPolicy with default deny). Unset leaves egress open.
+	// Egress opens more destinations to the agent.
 	// +optional
 	Egress *EgressSpec `json:"egress,omitempty"`
 }
 
 // EgressSpec is an allowlist of destinations.
 type EgressSpec struct {
-	// Allow lists the destinations agent pods may reach: the model API, the forge, package
-	// registries.
+	// Hosts are host names the agent may reach over HTTP and HTTPS through the egress proxy
+	// (HTTP_PROXY and HTTPS_PROXY point at it): an exact name (registry.npmjs.org) or a wildcard
+	// for its subdomains (*.example.org, which does not match example.org itself), optionally
+	// with a port (example.org:8443; default ports 80 and 443). The proxy checks the name of
+	// every request (HTTP CONNECT and the TLS server name), resolves it itself, and refuses
+	// names that resolve to link-local, loopback or cluster addresses.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=260
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]{1,5})?$`
+	Hosts []string `json:"hosts,omitempty"`
+
+	// Allow lists networks the agent may reach directly, for traffic that is not HTTP(S) or
+	// for in-cluster services. A network that contains the link-local range (cloud metadata) or
+	// the cluster's pod and service ranges still excludes them unless it lies within them (name
+	// them on purpose, for example 10.96.0.10/32).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64

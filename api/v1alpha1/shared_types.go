@@ -103,7 +103,10 @@ const (
 )
 
 // EnvVar is a plain, non-secret environment variable for the agent container. Secrets go in
-// AgentSpec.Credentials so that they never appear in the pod spec.
+// AgentSpec.Credentials so that they never appear in the pod spec. Names Shepherd sets itself,
+// and names that would redirect git or the network (SHEPHERD_*, GIT_*, HOME, the proxy
+// variables), are reserved.
+// +kubebuilder:validation:XValidation:rule=`!self.name.startsWith('SHEPHERD_') && !self.name.startsWith('GIT_') && self.name != 'HOME' && !(self.name.upperAscii() in ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'ALL_PROXY', 'FTP_PROXY'])`,message="env name is reserved: SHEPHERD_*, GIT_*, HOME and the proxy variables (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, ALL_PROXY) are set by Shepherd; set the git identity with agent.gitAuthor and allowed hosts with spec.network.egress.hosts"
 type EnvVar struct {
 	// Name of the variable.
 	// +required
@@ -118,8 +121,12 @@ type EnvVar struct {
 	Value string `json:"value,omitempty"`
 }
 
-// AgentCredential exposes one Secret key to the agent as an environment variable, for example
-// ANTHROPIC_API_KEY. The pod references the Secret; the value never appears in any spec.
+// AgentCredential exposes one Secret key to the agent as an environment variable. The pod
+// references the Secret, so the value never appears in any spec; but the agent, and whoever
+// steers it, can read it. Model API keys do not belong here: agent.modelAPI.keySecretRef keeps
+// them in the runner's model proxy, out of the agent's reach.
+// +kubebuilder:validation:XValidation:rule=`!self.envName.startsWith('SHEPHERD_') && !self.envName.startsWith('GIT_') && self.envName != 'HOME' && !(self.envName.upperAscii() in ['HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'ALL_PROXY', 'FTP_PROXY'])`,message="credential envName is reserved: SHEPHERD_*, GIT_*, HOME and the proxy variables are set by Shepherd"
+// +kubebuilder:validation:XValidation:rule=`!(self.envName in ['ANTHROPIC_API_KEY', 'ANTHROPIC_AUTH_TOKEN', 'OPENAI_API_KEY', 'CODEX_API_KEY', 'GEMINI_API_KEY', 'GOOGLE_API_KEY'])`,message="a model API key must not be in the agent's environment, where a steered agent can read it: reference it from agent.modelAPI.keySecretRef and the runner's model proxy adds it to each request"
 type AgentCredential struct {
 	// EnvName is the environment variable the agent reads.
 	// +required
@@ -184,9 +191,91 @@ type AgentSpec struct {
 	ExtraInstructions string `json:"extraInstructions,omitempty"`
 
 	// Resources of the agent container (and of the checkout's prepare step). Requests left unset
-	// default to 250m CPU and 512Mi memory, never above a limit that is set.
+	// default to 250m CPU and 512Mi memory, and limits to 4Gi memory and 8Gi ephemeral storage,
+	// never below a request that is set.
 	// +optional
 	Resources *ResourceRequirements `json:"resources,omitempty"`
+
+	// ModelAPI is the model API the agent's CLI calls. The CLI is pointed at the runner's model
+	// proxy inside the pod, with a placeholder key; the proxy adds the real key (from
+	// keySecretRef, mounted only in the runner's container), forwards to url, and counts every
+	// request and token. Without it, the CLI is left to its own configuration (agent.env).
+	// +optional
+	ModelAPI *ModelAPISpec `json:"modelAPI,omitempty"`
+
+	// GitAuthor names the commits the agent makes. Defaults to "Shepherd agent (<session>)"
+	// <session>@agents.shepherd.dev.
+	// +optional
+	GitAuthor *GitAuthor `json:"gitAuthor,omitempty"`
+}
+
+// ModelAPIKind names the wire protocol of a model API.
+// +kubebuilder:validation:Enum=Anthropic;OpenAI
+type ModelAPIKind string
+
+const (
+	// ModelAPIAnthropic is Anthropic's Messages API (Claude Code, OpenCode, Aider).
+	ModelAPIAnthropic ModelAPIKind = "Anthropic"
+	// ModelAPIOpenAI is OpenAI's Responses and Chat Completions APIs (Codex, OpenCode, Aider).
+	ModelAPIOpenAI ModelAPIKind = "OpenAI"
+)
+
+// ModelAPISpec is the upstream model API of a Project's agents and the key to call it with.
+type ModelAPISpec struct {
+	// API is the wire protocol: Anthropic (Messages) or OpenAI (Responses, Chat Completions).
+	// +required
+	API ModelAPIKind `json:"api"`
+
+	// URL of the upstream API, without the version path: https://api.anthropic.com (the default
+	// for Anthropic) or https://api.openai.com (the default for OpenAI), or a gateway's base. The
+	// proxy appends what the CLI asks for (/v1/messages, /v1/responses).
+	// +optional
+	URL HTTPURL `json:"url,omitempty"`
+
+	// KeySecretRef selects the Secret key holding the API key. It is mounted only in the
+	// runner's container; the agent's environment holds a placeholder.
+	// +optional
+	KeySecretRef *SecretKeyRef `json:"keySecretRef,omitempty"`
+
+	// Limits cut a session off once it has made this many model requests or used this many
+	// tokens (input, output, cache reads and writes, as the upstream reports them); further
+	// requests are refused by the proxy with 403 and "do not retry", in the API's own error
+	// shape, and the session shows why. Unset: no limit.
+	// +optional
+	Limits *ModelLimits `json:"limits,omitempty"`
+}
+
+// ModelLimits bound one session's use of the model API.
+type ModelLimits struct {
+	// MaxRequests is the most model requests one session may make. 1..1000000.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	MaxRequests *int64 `json:"maxRequests,omitempty"`
+
+	// MaxTokens is the most tokens (input, output, cache reads and writes) one session may
+	// use; requests already under way when it is reached still finish. 1..10000000000.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000000000
+	MaxTokens *int64 `json:"maxTokens,omitempty"`
+}
+
+// GitAuthor is the name and email on the agent's commits.
+type GitAuthor struct {
+	// Name of the author and committer.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[<>\x00-\x1f]')`,message="gitAuthor.name must not contain '<', '>' or control characters"
+	Name string `json:"name"`
+
+	// Email of the author and committer.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=254
+	// +kubebuilder:validation:Pattern=`^[^\s<>@]+@[^\s<>@]+$`
+	Email string `json:"email"`
 }
 
 // ResourceRequirements are the CPU and memory requests and limits of the agent container.

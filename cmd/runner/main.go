@@ -1,11 +1,13 @@
 // Command runner is the in-pod half of Shepherd. See docs/runner.md.
 //
 //	runner copy-self  --to /shepherd/bin/runner
-//	runner prepare    --mode Worktree --path ... --mirror ... --remote-url ... --branch ... --base ... [--shared-paths ... --shared-dir ...]
-//	runner run        --workdir ... --manager-url ... [--spare-worktrees N --mirror ... --base ...]
-//	runner credential get            (git's credential helper; git runs it, not people)
-//	runner mirror     --mirror ... --remote-url ...
-//	runner remove     --mode ... --path ... [--mirror ...]
+//	runner run        --workdir ... --manager-url ... [--volume-mode ... --mirror ... --spare-worktrees N ...]
+//	                  the runner's container (a native sidecar): the local git and model endpoints,
+//	                  the mirror and spares, and the agent's turns
+//	runner prepare    --mode Worktree --path ... --mirror ... --remote-url ... --branch ... --base ...
+//	                  the checkout step, in the agent's image as the agent's user
+//	runner host       the agent container's main process: runs the agent CLI and git for the runner
+//	runner remove     --mode ... --path ...
 //
 // Every flag can also be set through the environment variable named in its help, so the
 // controller can build the pod spec from either.
@@ -16,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -25,6 +28,8 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/all"
+	"github.com/shepherd-dev/shepherd/internal/agenthost"
+	"github.com/shepherd-dev/shepherd/internal/modelproxy"
 	"github.com/shepherd-dev/shepherd/internal/runner"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 )
@@ -38,7 +43,7 @@ func main1() int {
 		usage()
 		return 2
 	}
-	if os.Args[1] != "copy-self" {
+	if os.Args[1] == "prepare" || os.Args[1] == "host" {
 		ensureHome()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -52,15 +57,10 @@ func main1() int {
 		err = prepare(ctx, os.Args[2:])
 	case "run":
 		code, err = run(ctx, os.Args[2:])
-	case "credential":
-		op := ""
-		if len(os.Args) > 2 {
-			op = os.Args[len(os.Args)-1]
-		}
-		err = runner.Credential(ctx, op, os.Stdin, os.Stdout, runner.Channel{
-			ManagerURL: os.Getenv(runner.EnvManagerURL), TokenFile: os.Getenv(runner.EnvTokenFile), CAFile: os.Getenv(runner.EnvCAFile)})
-	case "mirror":
-		err = mirror(ctx, os.Args[2:])
+	case "host":
+		code, err = host(ctx, os.Args[2:])
+	case "probe":
+		err = probe(ctx, os.Args[2:])
 	case "remove":
 		err = remove(ctx, os.Args[2:])
 	case "-h", "--help", "help":
@@ -82,13 +82,14 @@ func main1() int {
 
 func usage() {
 	//nolint:dupword // a list of subcommands, not repeated words
-	fmt.Fprintln(os.Stderr, `usage: runner <copy-self|prepare|run|credential|mirror|remove> [flags]
+	fmt.Fprintln(os.Stderr, `usage: runner <copy-self|run|prepare|host|remove> [flags]
   copy-self   copy this binary into a shared volume (init container)
-  prepare     make or restore the checkout and run the setup commands (init container)
-  run         run the agent, report to the manager, deliver messages, push and request the PR
-  credential  git credential helper (asks the manager for a short-lived credential)
-  mirror      create or fetch the Project's mirror
-  remove      remove a checkout, keeping its branch
+  run         the runner's container: serve git and the model API to the pod, keep the mirror,
+              run the agent's turns, report to the manager, push and request the PR
+  prepare     make or restore the checkout and run the setup commands (init container, as the agent)
+  host        the agent container's main process: run programs for the runner, as the agent
+  probe       the runner container's startup probe: succeeds once the volume is ready
+  remove      remove a checkout's files
 Run 'runner <subcommand> -h' for its flags; docs/runner.md explains them.`)
 }
 
@@ -121,18 +122,20 @@ func envDuration(name string, def time.Duration) time.Duration {
 
 func channelFlags(fs *flag.FlagSet) *runner.Channel {
 	ch := &runner.Channel{}
-	fs.StringVar(&ch.ManagerURL, "manager-url", env("SHEPHERD_MANAGER_URL", ""), "URL of the manager's runner endpoint (env SHEPHERD_MANAGER_URL); empty: no channel")
+	fs.StringVar(&ch.ManagerURL, "manager-url", env("SHEPHERD_MANAGER_URL", ""), "URL of the manager's runner endpoint (env SHEPHERD_MANAGER_URL)")
 	fs.StringVar(&ch.TokenFile, "token-file", env("SHEPHERD_TOKEN_FILE", runner.DefaultTokenFile), "projected service account token, audience "+`"shepherd-runner"`+" (env SHEPHERD_TOKEN_FILE)")
 	fs.StringVar(&ch.CAFile, "ca-file", env("SHEPHERD_CA_FILE", ""), "CA bundle that signs the manager's certificate (env SHEPHERD_CA_FILE)")
 	return ch
 }
 
-func self() string {
-	p, err := os.Executable()
-	if err != nil {
-		return ""
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
 	}
-	return p
+	return out
 }
 
 func copySelf(args []string) error {
@@ -158,7 +161,7 @@ func prepare(ctx context.Context, args []string) error {
 	resultFile := fs.String("result-file", env("SHEPHERD_RESULT_FILE", ""), "write the result as JSON here, e.g. /dev/termination-log (env SHEPHERD_RESULT_FILE)")
 	gitPath := fs.String("git", env("SHEPHERD_GIT", ""), "git binary; empty looks it up on PATH (env SHEPHERD_GIT)")
 	timeout := fs.Duration("timeout", envDuration("SHEPHERD_PREPARE_TIMEOUT", 60*time.Minute), "give up after this long (env SHEPHERD_PREPARE_TIMEOUT)")
-	ch := channelFlags(fs)
+	runnerAddr := fs.String("runner-addr", env("SHEPHERD_RUNNER_ADDR", runner.DefaultListen), "the runner's local server, waited for before the checkout; empty waits for none (env SHEPHERD_RUNNER_ADDR)")
 	_ = fs.Parse(args)
 	o.Mode = agentsv1alpha1.WorkspaceMode(*mode)
 	cmds, err := runner.ParseSetup(*setup)
@@ -171,7 +174,7 @@ func prepare(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	res, err := runner.Prepare(ctx, runner.PrepareConfig{Workspace: o, Channel: *ch, Self: self(), GitPath: *gitPath, ResultFile: *resultFile, Log: os.Stderr})
+	res, err := runner.Prepare(ctx, runner.PrepareConfig{Workspace: o, RunnerAddr: *runnerAddr, GitPath: *gitPath, ResultFile: *resultFile, Log: os.Stderr})
 	if err != nil {
 		return err
 	}
@@ -186,55 +189,110 @@ func prepare(ctx context.Context, args []string) error {
 func run(ctx context.Context, args []string) (int, error) {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var cfg runner.RunConfig
-	fs.StringVar(&cfg.Workdir, "workdir", env("SHEPHERD_CHECKOUT_PATH", ""), "the prepared checkout (env SHEPHERD_CHECKOUT_PATH)")
+	fs.StringVar(&cfg.Workdir, "workdir", env("SHEPHERD_CHECKOUT_PATH", ""), "the session's checkout, as the agent's container sees it (env SHEPHERD_CHECKOUT_PATH)")
+	fs.StringVar(&cfg.Listen, "listen", env("SHEPHERD_LISTEN", runner.DefaultListen), "the runner's local server on the pod's loopback (env SHEPHERD_LISTEN)")
+	fs.StringVar(&cfg.HostAddr, "host-addr", env("SHEPHERD_HOST_ADDR", agenthost.DefaultAddr), "the agent container's host (env SHEPHERD_HOST_ADDR)")
+	fs.StringVar(&cfg.StateDir, "state-dir", env("SHEPHERD_STATE_DIR", ""), "the runner's own state, out of the agent's reach (env SHEPHERD_STATE_DIR)")
+	fs.BoolVar(&cfg.ServeOnly, "serve-only", envBool("SHEPHERD_SERVE_ONLY"), "serve git to the checkout step until stopped, with no session: a checkout pod (env SHEPHERD_SERVE_ONLY)")
 	fs.StringVar(&cfg.GitPath, "git", env("SHEPHERD_GIT", ""), "git binary; empty looks it up on PATH (env SHEPHERD_GIT)")
 	fs.DurationVar(&cfg.PollWait, "poll-wait", envDuration("SHEPHERD_POLL_WAIT", 30*time.Second), "how long one long poll for messages waits (env SHEPHERD_POLL_WAIT)")
 	fs.DurationVar(&cfg.Debounce, "debounce", envDuration("SHEPHERD_DEBOUNCE", time.Second), "least time between coalesced reports (env SHEPHERD_DEBOUNCE)")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", envDuration("SHEPHERD_HEARTBEAT", 30*time.Second), "interval of heartbeat reports (env SHEPHERD_HEARTBEAT)")
 	fs.DurationVar(&cfg.StopGrace, "stop-grace", envDuration("SHEPHERD_STOP_GRACE", 10*time.Second), "time between SIGTERM and SIGKILL for the agent on stop (env SHEPHERD_STOP_GRACE)")
+	mode := fs.String("volume-mode", env("SHEPHERD_VOLUME_MODE", ""), "Worktree or Clone: make the volume ready for the checkout step (the mirror, the checkout's directory); empty makes nothing (env SHEPHERD_VOLUME_MODE)")
+	mirror := fs.String("mirror", env("SHEPHERD_MIRROR_PATH", ""), "the Project's bare mirror, fetched before the checkout step in worktree mode (env SHEPHERD_MIRROR_PATH)")
+	checkout := fs.String("checkout-dir", env("SHEPHERD_CHECKOUT_DIR", ""), "the checkout's directory on the volume, made for the agent's containers (env SHEPHERD_CHECKOUT_DIR)")
+	dirs := fs.String("agent-dirs", env("SHEPHERD_AGENT_DIRS", ""), "more directories made for the agent's containers, comma-separated (its home) (env SHEPHERD_AGENT_DIRS)")
 	spares := fs.Int("spare-worktrees", envInt("SHEPHERD_SPARE_WORKTREES", -1), "spare worktrees of the mirror to keep ready for the next sessions, made after the agent started; 0 removes any, -1 leaves them alone (env SHEPHERD_SPARE_WORKTREES)")
-	mirror := fs.String("mirror", env("SHEPHERD_MIRROR_PATH", ""), "the Project's bare mirror; required with --spare-worktrees (env SHEPHERD_MIRROR_PATH)")
 	base := fs.String("base", env("SHEPHERD_BASE", "main"), "branch, tag or commit the spares are checked out at (env SHEPHERD_BASE)")
+	modelAPI := fs.String("model-api", env("SHEPHERD_MODEL_API", ""), "Anthropic or OpenAI: serve the model proxy for that API; empty serves none (env SHEPHERD_MODEL_API)")
+	modelURL := fs.String("model-url", env("SHEPHERD_MODEL_URL", ""), "the model API's upstream base URL (env SHEPHERD_MODEL_URL)")
+	modelKey := fs.String("model-key-file", env("SHEPHERD_MODEL_KEY_FILE", ""), "file holding the model API key (env SHEPHERD_MODEL_KEY_FILE)")
+	maxRequests := fs.Int64("model-max-requests", int64(envInt("SHEPHERD_MODEL_MAX_REQUESTS", 0)), "the session's model request budget; 0 is none (env SHEPHERD_MODEL_MAX_REQUESTS)")
+	maxTokens := fs.Int64("model-max-tokens", int64(envInt("SHEPHERD_MODEL_MAX_TOKENS", 0)), "the session's model token budget; 0 is none (env SHEPHERD_MODEL_MAX_TOKENS)")
+	egressProxy := fs.String("egress-proxy", env("SHEPHERD_EGRESS_PROXY", ""), "the egress proxy the runner reaches a named model API through (env SHEPHERD_EGRESS_PROXY)")
 	ch := channelFlags(fs)
 	_ = fs.Parse(args)
-	if cfg.Workdir == "" {
+	if cfg.Workdir == "" && !cfg.ServeOnly {
 		return 2, errors.New("--workdir is required")
 	}
-	if *spares >= 0 {
-		if *mirror == "" {
-			return 2, errors.New("--spare-worktrees needs --mirror")
+	if *mode != "" {
+		v := &workspace.Volume{Mode: agentsv1alpha1.WorkspaceMode(*mode), Mirror: *mirror, Checkout: *checkout, Dirs: splitList(*dirs)}
+		if v.Checkout == "" {
+			return 2, errors.New("--volume-mode needs --checkout-dir")
 		}
-		cfg.Spares = &workspace.Spares{Mirror: *mirror, Dir: workspace.SpareDir(cfg.Workdir), Base: *base, Count: *spares}
+		if v.Mode == agentsv1alpha1.WorkspaceWorktree {
+			if v.Mirror == "" {
+				return 2, errors.New("--volume-mode=Worktree needs --mirror")
+			}
+			v.Spares = workspace.SpareDir(v.Checkout)
+		}
+		cfg.Volume = v
 	}
-	cfg.Channel, cfg.Self = *ch, self()
+	if *spares >= 0 {
+		if *mirror == "" || *checkout == "" {
+			return 2, errors.New("--spare-worktrees needs --mirror and --checkout-dir")
+		}
+		cfg.Spares = &workspace.Spares{Mirror: *mirror, Dir: workspace.SpareDir(*checkout), Base: *base, Count: *spares}
+	}
+	if *modelAPI != "" {
+		cfg.Model = &runner.ModelConfig{API: agentsv1alpha1.ModelAPIKind(*modelAPI), Upstream: *modelURL, KeyFile: *modelKey,
+			Limits: modelproxy.Limits{MaxRequests: *maxRequests, MaxTokens: *maxTokens}, EgressProxy: *egressProxy, TokenFile: ch.TokenFile}
+	}
+	cfg.Channel = *ch
+	// What the runner makes on the volume (the agent's directories, the spares) is the pod's
+	// group's to write: the agent, another user in that group, works in them.
+	syscall.Umask(0o002)
 	return runner.Run(ctx, cfg)
 }
 
-func mirror(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("mirror", flag.ExitOnError)
-	path := fs.String("mirror", env("SHEPHERD_MIRROR_PATH", ""), "absolute path of the bare mirror (env SHEPHERD_MIRROR_PATH)")
-	remote := fs.String("remote-url", env("SHEPHERD_REMOTE_URL", ""), "repository URL (env SHEPHERD_REMOTE_URL)")
-	gitPath := fs.String("git", env("SHEPHERD_GIT", ""), "git binary (env SHEPHERD_GIT)")
-	ch := channelFlags(fs)
+// host serves the agent container's host until the runner asks it to exit (with the runner's
+// verdict as its code) or the pod stops it.
+func host(ctx context.Context, args []string) (int, error) {
+	fs := flag.NewFlagSet("host", flag.ExitOnError)
+	listen := fs.String("listen", env("SHEPHERD_HOST_LISTEN", agenthost.DefaultAddr), "address on the pod's loopback (env SHEPHERD_HOST_LISTEN)")
 	_ = fs.Parse(args)
-	g := runner.NewGit(*gitPath, self(), *ch, os.Stderr)
-	if err := g.CheckVersion(ctx, true); err != nil {
-		return err
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return 1, fmt.Errorf("listen on %s: %w", *listen, err)
 	}
-	return workspace.UpdateMirror(ctx, g, *path, *remote)
+	srv := agenthost.NewServer()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	code := 0
+	go func() {
+		select {
+		case code = <-srv.Exited():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := srv.Serve(ctx, l); err != nil {
+		return 1, err
+	}
+	return code, nil
+}
+
+// probe is the runner container's startup probe: it succeeds once the runner made the volume
+// ready for the checkout step (the kubelet then starts it).
+func probe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("probe", flag.ExitOnError)
+	addr := fs.String("addr", runner.DefaultListen, "the runner's local server")
+	_ = fs.Parse(args)
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	return runner.Probe(ctx, *addr)
 }
 
 func remove(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("remove", flag.ExitOnError)
 	mode := fs.String("mode", env("SHEPHERD_WORKSPACE_MODE", string(agentsv1alpha1.WorkspaceWorktree)), "Worktree or Clone")
 	path := fs.String("path", env("SHEPHERD_CHECKOUT_PATH", ""), "the checkout to remove")
-	mirrorPath := fs.String("mirror", env("SHEPHERD_MIRROR_PATH", ""), "the mirror (worktree mode)")
-	gitPath := fs.String("git", env("SHEPHERD_GIT", ""), "git binary")
 	_ = fs.Parse(args)
 	if *path == "" {
 		return errors.New("--path is required")
 	}
-	return workspace.Remove(ctx, runner.NewGit(*gitPath, "", runner.Channel{}, os.Stderr), agentsv1alpha1.WorkspaceMode(*mode), *path, *mirrorPath)
+	return workspace.Remove(ctx, nil, agentsv1alpha1.WorkspaceMode(*mode), *path, "")
 }
 
 // ensureHome creates $HOME when it is missing: Shepherd points it at a directory on the workspace

@@ -64,7 +64,26 @@ type Turn struct {
 	// StateDir persists with the checkout but outside its working tree, for agent state such as
 	// Aider's chat history.
 	StateDir string
+	// ModelAPI, when set, is the runner's model proxy: the CLI must call it instead of its
+	// default API, with PlaceholderKey as its key (the proxy adds the real one). The adapter
+	// points the CLI at it with its own environment variables or flags.
+	ModelAPI *ModelEndpoint
 }
+
+// ModelEndpoint is the runner's model proxy as a CLI reaches it.
+type ModelEndpoint struct {
+	// API is the wire protocol the proxy forwards.
+	API agentsv1alpha1.ModelAPIKind
+	// BaseURL is the proxy's root (http://127.0.0.1:8737): the proxy serves /v1/... under it.
+	BaseURL string
+}
+
+// PlaceholderKey is the API key every CLI gets when the model proxy holds the real one: CLIs
+// refuse to start without a key, and this one is worth nothing.
+const PlaceholderKey = "shepherd-model-proxy-adds-the-key"
+
+// ErrModelAPI says a CLI cannot speak the Project's model API.
+var ErrModelAPI = errors.New("the agent cannot use this model API")
 
 // Command is one process to start, with an argument list and no shell.
 type Command struct {

@@ -71,6 +71,23 @@ type Options struct {
 	RunnerPort       int32
 	// ImagePullPolicy of the children's containers (IfNotPresent unless set).
 	ImagePullPolicy string
+	// EgressProxyURL is the egress proxy as agent pods reach it (http://<address>:3128): the
+	// agent's HTTP(S)_PROXY, and the runner's way to a named model API. Empty: none, and agent
+	// pods reach only what the Project's egress CIDRs open.
+	EgressProxyURL string
+	// EgressProxyPodLabels and EgressProxyPort locate the egress proxy's pods (in
+	// ManagerNamespace) for the agent pods' NetworkPolicy.
+	EgressProxyPodLabels map[string]string
+	EgressProxyPort      int32
+	// DNSNamespace and DNSPodLabels select the cluster's DNS pods, the only DNS servers agent
+	// pods may ask (kube-system, k8s-app=kube-dns by default).
+	DNSNamespace string
+	DNSPodLabels map[string]string
+	// ClusterCIDRs are the cluster's pod and service ranges, and DeniedCIDRs other ranges an
+	// agent may not reach unless a Project names them (link-local: cloud metadata). A Project's
+	// egress CIDR that contains one excepts it.
+	ClusterCIDRs []string
+	DeniedCIDRs  []string
 	// AccessCheckInterval is how often a Project's repository access is re-checked.
 	AccessCheckInterval time.Duration
 	// SessionCountDelay is how long the Project controller lets session phase changes gather

@@ -84,21 +84,32 @@ func TestWorktreeObservedTimeMovesOnChangeOrAfterAMinute(t *testing.T) {
 
 func TestAgentResourcesDefaultRequests(t *testing.T) {
 	q := resource.MustParse
+	// The default limits: memory and disk, so that a runaway agent is stopped before the node is.
+	lim := func(extra corev1.ResourceList) corev1.ResourceList {
+		out := corev1.ResourceList{corev1.ResourceMemory: q("4Gi"), corev1.ResourceEphemeralStorage: q("8Gi")}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
 	cases := []struct {
 		name string
 		in   *agentsv1alpha1.ResourceRequirements
 		want corev1.ResourceRequirements
 	}{
 		{"nothing asked: the defaults", nil, corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("512Mi")}}},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("512Mi")}, Limits: lim(nil)}},
 		{"requests asked: kept", &agentsv1alpha1.ResourceRequirements{Requests: agentsv1alpha1.ResourceList{CPU: ptrTo(q("2")), Memory: ptrTo(q("4Gi"))}},
-			corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi")}}},
+			corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi")}, Limits: lim(nil)}},
 		{"a limit below the default: the request follows it", &agentsv1alpha1.ResourceRequirements{Limits: agentsv1alpha1.ResourceList{CPU: ptrTo(q("100m")), Memory: ptrTo(q("4Gi"))}},
 			corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("512Mi")},
-				Limits:   corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("4Gi")}}},
+				Limits:   lim(corev1.ResourceList{corev1.ResourceCPU: q("100m")})}},
 		{"one request asked: the other defaulted", &agentsv1alpha1.ResourceRequirements{Requests: agentsv1alpha1.ResourceList{Memory: ptrTo(q("1Gi"))}},
-			corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("1Gi")}}},
+			corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("1Gi")}, Limits: lim(nil)}},
+		{"a request above the default limit: the limit follows it", &agentsv1alpha1.ResourceRequirements{Requests: agentsv1alpha1.ResourceList{Memory: ptrTo(q("16Gi"))}},
+			corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("16Gi")},
+				Limits: lim(corev1.ResourceList{corev1.ResourceMemory: q("16Gi")})}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

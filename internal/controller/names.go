@@ -4,6 +4,7 @@ import (
 	"time"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 )
 
 // Child names are deterministic, so that a reconcile that restarts at any line finds what the
@@ -17,12 +18,16 @@ func checkoutClaimName(worktree string) string      { return worktree + "-checko
 func worktreePodName(worktree string) string        { return worktree + "-worktree" }
 func agentPodName(session string) string            { return session + "-agent" }
 
+// PodNames is the controllers' pod naming, which the runner channel checks its callers against.
+var PodNames = runnerapi.PodNames{AgentPod: agentPodName, CheckoutPod: worktreePodName, ServiceAccount: agentServiceAccountName}
+
 // componentLabel is the label that says what a child is.
 const componentLabel = agentsv1alpha1.LabelComponent
 
 // Container names of agent pods.
 const (
 	containerCopyRunner = "copy-runner"
+	containerRunner     = "runner"
 	containerPrepare    = "prepare"
 	containerAgent      = "agent"
 )

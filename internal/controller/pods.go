@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -19,13 +20,41 @@ import (
 
 // Pod builders are pure: the same inputs give the same pod, so the reconcilers compare and never
 // drift. Every pod meets the restricted Pod Security Standard: non-root, no privilege
-// escalation, all capabilities dropped, the runtime's default seccomp profile, and no API token.
+// escalation, all capabilities dropped, the runtime's default seccomp profile, a read-only root
+// file system, and no API token.
+//
+// An agent pod has two trust domains (docs/security.md):
+//
+//	init  copy-runner  runner image, runner uid   copies the runner binary for the agent's container
+//	init  runner       runner image, runner uid   native sidecar (restartPolicy Always): the token, the
+//	                                              model key, the mirror; serves git and the model API on
+//	                                              the pod's loopback; starts once the volume is ready
+//	init  prepare      agent image, agent uid     the checkout and the setup commands, no token
+//	      agent        agent image, agent uid     the agent container's host; the runner runs the CLI in it
+//
+// The agent's containers mount only their own checkout and home (subPath) and the mirror
+// read-only; the runner's mounts the whole volume, and never runs git in what an agent wrote.
 
-// podUser is the uid and gid agent and worktree pods run as; fsGroup makes volumes writable.
-const podUser int64 = 65532
+// The pod's users. They share the pod's fsGroup (podUser), so that what the runner makes for
+// the agent (its directories, a spare checkout) is the agent's to write, while the token, the
+// model key and the runner's own state stay where only the runner's container mounts them.
+const (
+	podUser    int64 = 65532
+	runnerUser int64 = 65533
+)
 
 // tokenExpiry is the life of the projected runner token; the kubelet renews it at 80%.
 const tokenExpiry int64 = 3600
+
+// Ports on the pod's loopback.
+const (
+	runnerListen = "127.0.0.1:8737"
+	hostListen   = "127.0.0.1:8738"
+)
+
+// RunnerCAConfigMap holds the CA bundle that signs the manager's runner channel certificate, in
+// every namespace with agent pods (the Project controller publishes it).
+const RunnerCAConfigMap = "shepherd-runner-ca"
 
 // checkoutVolume says which volume holds a Worktree's checkout and where.
 type checkoutVolume struct {
@@ -43,10 +72,13 @@ func worktreeVolume(project string, wt *agentsv1alpha1.Worktree, mode agentsv1al
 	return checkoutVolume{ClaimName: workspaceClaimName(project), Mode: mode, Path: checkoutPath(mode, wt.Name)}
 }
 
+// subPath is a path's place on its volume (the part below workspaceMount).
+func subPath(path string) string { return strings.TrimPrefix(path, workspaceMount+"/") }
+
 // sharedCache says where a checkout's shared paths (spec.workspace.sharedPaths) live: the
 // directory "shared" on the Project's workspace volume, the volume that holds the mirror and
-// every worktree. In worktree mode that volume is already the checkout's, at workspaceMount; in
-// clone mode it is mounted as a second volume at projectMount (claim is then its name). No shared
+// every worktree. In worktree mode that volume is the checkout's, at workspaceMount; in clone
+// mode it is mounted as a second volume at projectMount (claim is then its name). No shared
 // paths: no directory.
 func sharedCache(p *agentsv1alpha1.Project, mode agentsv1alpha1.WorkspaceMode) (dir, claim string) {
 	if len(p.Spec.Workspace.SharedPaths) == 0 {
@@ -75,29 +107,73 @@ func projectBase(p *agentsv1alpha1.Project) string {
 	return "main"
 }
 
-// runArgs are the agent container's runner arguments. In worktree mode the runner keeps the
-// Project's spare worktrees (spec.workspace.spareWorktrees; 0 removes any left from before) once
-// its agent has started.
-func runArgs(p *agentsv1alpha1.Project, vol checkoutVolume) []string {
-	args := []string{"run", "--workdir=" + vol.Path}
+// localRemote is the checkout's origin: the runner's git endpoint on the pod's loopback, for the
+// repository's path (so that `git remote -v` still names the repository).
+func localRemote(p *agentsv1alpha1.Project) string {
+	path := "repository.git"
+	if u, err := url.Parse(string(p.Spec.Repository.URL)); err == nil && u.Path != "" {
+		path = strings.TrimPrefix(u.Path, "/")
+	}
+	return "http://" + runnerListen + "/git/" + path
+}
+
+// runnerArgs are the runner sidecar's arguments: the volume it makes ready (the mirror in
+// worktree mode, the checkout's and the home's directories), and for a session the agent's
+// checkout, its state, the spares and the model proxy.
+func (d *Deps) runnerArgs(p *agentsv1alpha1.Project, vol checkoutVolume, home, session string, agent *agentsv1alpha1.AgentSpec) []string {
+	args := []string{"run", "--listen=" + runnerListen, "--volume-mode=" + string(vol.Mode), "--checkout-dir=" + vol.Path}
+	dirs := []string{}
+	if home != "" {
+		dirs = append(dirs, home)
+	}
+	if dir, _ := sharedCache(p, vol.Mode); dir != "" {
+		dirs = append(dirs, dir)
+	}
+	if len(dirs) > 0 {
+		args = append(args, "--agent-dirs="+strings.Join(dirs, ","))
+	}
 	if vol.Mode == agentsv1alpha1.WorkspaceWorktree {
-		args = append(args, "--spare-worktrees="+strconv.Itoa(int(p.Spec.Workspace.SpareWorktrees)),
-			"--mirror="+mirrorPath, "--base="+projectBase(p))
+		args = append(args, "--mirror="+mirrorPath)
+	}
+	if session == "" {
+		return append(args, "--serve-only")
+	}
+	args = append(args, "--workdir="+vol.Path, "--host-addr="+hostListen, "--state-dir="+runnerStatePath(session))
+	if vol.Mode == agentsv1alpha1.WorkspaceWorktree {
+		args = append(args, "--spare-worktrees="+strconv.Itoa(int(p.Spec.Workspace.SpareWorktrees)), "--base="+projectBase(p))
+	}
+	if m := agent.ModelAPI; m != nil {
+		args = append(args, "--model-api="+string(m.API))
+		if m.URL != "" {
+			args = append(args, "--model-url="+string(m.URL))
+		}
+		if m.KeySecretRef != nil {
+			args = append(args, "--model-key-file="+modelKeyMount+"/key")
+		}
+		if l := m.Limits; l != nil && l.MaxRequests != nil {
+			args = append(args, "--model-max-requests="+strconv.FormatInt(*l.MaxRequests, 10))
+		}
+		if l := m.Limits; l != nil && l.MaxTokens != nil {
+			args = append(args, "--model-max-tokens="+strconv.FormatInt(*l.MaxTokens, 10))
+		}
+		if d.Options.EgressProxyURL != "" {
+			args = append(args, "--egress-proxy="+d.Options.EgressProxyURL)
+		}
 	}
 	return args
 }
 
-// prepareArgs are the runner's prepare flags for a Worktree.
+// prepareArgs are the runner's prepare flags for a Worktree (the checkout step, as the agent).
 func prepareArgs(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol checkoutVolume) ([]string, error) {
-	base := baseOf(p, wt)
 	args := []string{
 		"prepare",
 		"--mode=" + string(vol.Mode),
 		"--path=" + vol.Path,
-		"--remote-url=" + string(p.Spec.Repository.URL),
+		"--remote-url=" + localRemote(p),
 		"--branch=" + string(wt.Spec.Branch),
-		"--base=" + base,
+		"--base=" + baseOf(p, wt),
 		"--adopt=" + strconv.FormatBool(wt.Spec.Adopt),
+		"--runner-addr=" + runnerListen,
 		"--result-file=/dev/termination-log",
 	}
 	if vol.Mode == agentsv1alpha1.WorkspaceWorktree {
@@ -116,24 +192,47 @@ func prepareArgs(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol che
 	return args, nil
 }
 
-// restrictedContainer is the container security context of the restricted standard.
-func restrictedContainer() *corev1.SecurityContext {
+// restrictedContainer is the container security context of the restricted standard, with a
+// read-only root file system, as user uid.
+func restrictedContainer(uid int64) *corev1.SecurityContext {
 	return &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptrTo(false),
 		RunAsNonRoot:             ptrTo(true),
+		RunAsUser:                ptrTo(uid),
+		RunAsGroup:               ptrTo(uid),
+		ReadOnlyRootFilesystem:   ptrTo(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
 
-// basePod is what agent and worktree pods share: the runner copied into an emptyDir, the
-// checkout volume, a writable home, the projected runner token, and in clone mode with shared
-// paths the Project's workspace volume that holds their cache.
-func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agentsv1alpha1.Project, vol checkoutVolume) *corev1.Pod {
-	pull := corev1.PullIfNotPresent
-	if d.Options.ImagePullPolicy != "" {
-		pull = corev1.PullPolicy(d.Options.ImagePullPolicy)
-	}
+// Size limits of the pods' scratch space.
+var (
+	runnerTmpLimit = resource.MustParse("256Mi")
+	agentTmpLimit  = resource.MustParse("2Gi")
+	binLimit       = resource.MustParse("128Mi")
+)
+
+// Volume names of the pods.
+const (
+	volBin       = "shepherd-bin"
+	volRunnerTmp = "runner-tmp"
+	volAgentTmp  = "agent-tmp"
+	volWorkspace = "workspace"
+	volToken     = "runner-token"
+	volModelKey  = "model-key"
+	// projectVolume names the Project's workspace volume in a clone-mode pod that mounts it.
+	projectVolume = "project-workspace"
+)
+
+// modelKeyMount is where the runner's container finds the model API key.
+const modelKeyMount = "/var/run/secrets/shepherd-model"
+
+// basePod is what agent and worktree pods share: the runner binary's copy, scratch space per
+// trust domain, the checkout volume, the runner's token and CA (and the model key, for a
+// session), and the copy-runner and runner containers. The caller adds the agent's containers.
+func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agentsv1alpha1.Project, vol checkoutVolume, runnerArgs []string, agent *agentsv1alpha1.AgentSpec) *corev1.Pod {
+	pull := d.pullPolicy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
 		Spec: corev1.PodSpec{
@@ -150,35 +249,43 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 				FSGroupChangePolicy: ptrTo(corev1.FSGroupChangeOnRootMismatch),
 				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			InitContainers: []corev1.Container{{
-				Name:            "copy-runner",
-				Image:           d.Options.RunnerImage,
-				ImagePullPolicy: pull,
-				Args:            []string{"copy-self", "--to=" + runnerBinary},
-				VolumeMounts:    []corev1.VolumeMount{{Name: "shepherd-bin", MountPath: binMount}},
-				SecurityContext: restrictedContainer(),
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-				},
-				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			}},
-			Volumes: []corev1.Volume{
-				{Name: "shepherd-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: vol.ClaimName}}},
-				{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-					Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-						Audience: runnerapi.Audience, ExpirationSeconds: ptrTo(tokenExpiry), Path: "token",
-					}}},
-				}}},
-			},
+			Volumes: d.baseVolumes(p, vol, agent),
 		},
 	}
-	if _, claim := sharedCache(p, vol.Mode); claim != "" {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: projectVolume,
-			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
-	}
+	always := corev1.ContainerRestartPolicyAlways
+	pod.Spec.InitContainers = []corev1.Container{{
+		Name:            containerCopyRunner,
+		Image:           d.Options.RunnerImage,
+		ImagePullPolicy: pull,
+		Args:            []string{"copy-self", "--to=" + runnerBinary},
+		VolumeMounts:    []corev1.VolumeMount{{Name: volBin, MountPath: binMount}},
+		SecurityContext: restrictedContainer(runnerUser),
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceEphemeralStorage: resource.MustParse("64Mi")},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}, {
+		Name:            containerRunner,
+		Image:           d.Options.RunnerImage,
+		ImagePullPolicy: pull,
+		RestartPolicy:   &always,
+		Args:            runnerArgs,
+		Env:             d.runnerEnv(),
+		VolumeMounts:    d.runnerMounts(pod, agent),
+		SecurityContext: restrictedContainer(runnerUser),
+		Resources:       runnerResources(),
+		// The checkout step starts once the runner made the volume ready (the mirror fetched, the
+		// agent's directories made, a spare moved into place): the kubelet mounts the checkout's
+		// directory into it when it starts, so the directory must be there, and final, by then.
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{runnerImageBinary, "probe", "--addr=" + runnerListen}}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   5,
+			FailureThreshold: 3600, // a first fetch of a large repository
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}}
 	if sc := p.Spec.Scheduling; sc != nil {
 		if len(sc.NodeSelector) > 0 {
 			pod.Spec.NodeSelector = make(map[string]string, len(sc.NodeSelector))
@@ -186,39 +293,132 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 		}
 		pod.Spec.Tolerations = slices.Clone(sc.Tolerations)
 		pod.Spec.PriorityClassName = sc.PriorityClassName
+		if sc.RuntimeClassName != "" {
+			pod.Spec.RuntimeClassName = ptrTo(sc.RuntimeClassName)
+		}
 	}
 	return pod
 }
 
-// projectVolume names the Project's workspace volume in a clone-mode pod that mounts it.
-const projectVolume = "project-workspace"
+// runnerImageBinary is the runner in its own image.
+const runnerImageBinary = "/usr/local/bin/shepherd-runner"
 
-// runnerMounts are the mounts of a container that runs the copied runner.
-func runnerMounts(pod *corev1.Pod) []corev1.VolumeMount {
+func (d *Deps) pullPolicy() corev1.PullPolicy {
+	if d.Options.ImagePullPolicy != "" {
+		return corev1.PullPolicy(d.Options.ImagePullPolicy)
+	}
+	return corev1.PullIfNotPresent
+}
+
+// baseVolumes are the pod's volumes. The token and the CA are one projected volume (the runner's
+// container alone mounts it); the model key another.
+func (d *Deps) baseVolumes(p *agentsv1alpha1.Project, vol checkoutVolume, agent *agentsv1alpha1.AgentSpec) []corev1.Volume {
+	empty := func(limit resource.Quantity) corev1.VolumeSource {
+		l := limit
+		return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &l}}
+	}
+	vols := []corev1.Volume{
+		{Name: volBin, VolumeSource: empty(binLimit)},
+		{Name: volRunnerTmp, VolumeSource: empty(runnerTmpLimit)},
+		{Name: volAgentTmp, VolumeSource: empty(agentTmpLimit)},
+		{Name: volWorkspace, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: vol.ClaimName}}},
+		{Name: volToken, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: runnerapi.Audience, ExpirationSeconds: ptrTo(tokenExpiry), Path: "token"}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: RunnerCAConfigMap},
+					Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			},
+		}}},
+	}
+	if agent != nil && agent.ModelAPI != nil && agent.ModelAPI.KeySecretRef != nil {
+		ref := agent.ModelAPI.KeySecretRef
+		vols = append(vols, corev1.Volume{Name: volModelKey, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: ref.Name, Items: []corev1.KeyToPath{{Key: ref.Key, Path: "key"}}, DefaultMode: ptrTo(int32(0o400)),
+		}}})
+	}
+	if _, claim := sharedCache(p, vol.Mode); claim != "" {
+		vols = append(vols, corev1.Volume{Name: projectVolume,
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+	}
+	return vols
+}
+
+// runnerMounts are the runner container's: the whole volume (it makes the agent's directories
+// and keeps the mirror and spares), the Project's volume in clone mode with shared paths, the
+// token and CA, the model key, and its own scratch space.
+func (d *Deps) runnerMounts(pod *corev1.Pod, agent *agentsv1alpha1.AgentSpec) []corev1.VolumeMount {
 	mounts := []corev1.VolumeMount{
-		{Name: "shepherd-bin", MountPath: binMount, ReadOnly: true},
-		{Name: "tmp", MountPath: "/tmp"},
-		{Name: "workspace", MountPath: workspaceMount},
-		{Name: "runner-token", MountPath: tokenMount, ReadOnly: true},
+		{Name: volRunnerTmp, MountPath: "/tmp"},
+		{Name: volWorkspace, MountPath: workspaceMount},
+		{Name: volToken, MountPath: tokenMount, ReadOnly: true},
 	}
 	for _, v := range pod.Spec.Volumes {
-		if v.Name == projectVolume {
+		switch v.Name {
+		case projectVolume:
 			mounts = append(mounts, corev1.VolumeMount{Name: projectVolume, MountPath: projectMount})
+		case volModelKey:
+			mounts = append(mounts, corev1.VolumeMount{Name: volModelKey, MountPath: modelKeyMount, ReadOnly: true})
 		}
 	}
 	return mounts
 }
 
-// runnerEnv is the environment of a container that runs the copied runner.
-// HOME is on the workspace volume, one per session, because agents keep their conversations
-// there (Claude Code and OpenCode under ~/.local, ~/.claude): a restored pod resumes the same
-// conversation only if its home survived. The runner creates it on first use.
-func (d *Deps) runnerEnv(home string) []corev1.EnvVar {
+// agentMounts are the mounts of the agent's containers (prepare and agent): the runner binary,
+// their own scratch space, their checkout and home only, the mirror read-only (worktree mode:
+// the checkout borrows its objects), and the shared paths' cache, read-only to the agent (the
+// checkout step's setup commands fill it: cacheWritable is set for prepare).
+func agentMounts(p *agentsv1alpha1.Project, vol checkoutVolume, home string, cacheWritable bool) []corev1.VolumeMount {
+	mounts := []corev1.VolumeMount{
+		{Name: volBin, MountPath: binMount, ReadOnly: true},
+		{Name: volAgentTmp, MountPath: "/tmp"},
+		{Name: volWorkspace, MountPath: vol.Path, SubPath: subPath(vol.Path)},
+	}
+	if home != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: volWorkspace, MountPath: home, SubPath: subPath(home)})
+	}
+	if vol.Mode == agentsv1alpha1.WorkspaceWorktree {
+		mounts = append(mounts, corev1.VolumeMount{Name: volWorkspace, MountPath: mirrorPath, SubPath: subPath(mirrorPath), ReadOnly: true})
+	}
+	switch dir, claim := sharedCache(p, vol.Mode); {
+	case claim != "":
+		mounts = append(mounts, corev1.VolumeMount{Name: projectVolume, MountPath: dir, SubPath: "shared", ReadOnly: !cacheWritable})
+	case dir != "":
+		mounts = append(mounts, corev1.VolumeMount{Name: volWorkspace, MountPath: dir, SubPath: subPath(dir), ReadOnly: !cacheWritable})
+	}
+	return mounts
+}
+
+// runnerEnv is the runner container's environment: the channel (a URL and paths, no secret) and
+// a home of its own.
+func (d *Deps) runnerEnv() []corev1.EnvVar {
 	return []corev1.EnvVar{
-		{Name: "HOME", Value: home},
+		{Name: "HOME", Value: "/tmp"},
 		{Name: "SHEPHERD_MANAGER_URL", Value: d.Options.RunnerURL},
 		{Name: "SHEPHERD_TOKEN_FILE", Value: tokenFile},
+		{Name: "SHEPHERD_CA_FILE", Value: tokenMount + "/ca.crt"},
 	}
+}
+
+// runnerResources are the runner container's: it serves git and the model API to the pod and
+// makes spare checkouts (git writing a tree).
+func runnerResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi"), corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")},
+	}
+}
+
+// agentBaseEnv is what the agent's containers get before the Project's own: their home, and
+// the egress proxy as the way out (the runner's local server is on loopback, never proxied).
+func (d *Deps) agentBaseEnv(home string) []corev1.EnvVar {
+	env := []corev1.EnvVar{{Name: "HOME", Value: home}}
+	if u := d.Options.EgressProxyURL; u != "" {
+		env = append(env,
+			corev1.EnvVar{Name: "HTTP_PROXY", Value: u}, corev1.EnvVar{Name: "HTTPS_PROXY", Value: u},
+			corev1.EnvVar{Name: "http_proxy", Value: u}, corev1.EnvVar{Name: "https_proxy", Value: u},
+			corev1.EnvVar{Name: "NO_PROXY", Value: "127.0.0.1,localhost"}, corev1.EnvVar{Name: "no_proxy", Value: "127.0.0.1,localhost"})
+	}
+	return env
 }
 
 // agentImage is the image in effect: the session's, the Project's, or the manager's default for
@@ -246,10 +446,11 @@ func agentEnv(agent agentsv1alpha1.AgentSpec) []corev1.EnvVar {
 	return env
 }
 
-// agentResources converts the API's resources.
+// agentResources converts the API's resources, with the default requests and limits.
 func agentResources(r *agentsv1alpha1.ResourceRequirements) corev1.ResourceRequirements {
 	out := userResources(r)
 	defaultRequests(&out)
+	defaultLimits(&out)
 	return out
 }
 
@@ -287,6 +488,31 @@ var (
 	defaultAgentCPU    = resource.MustParse("250m")
 	defaultAgentMemory = resource.MustParse("512Mi")
 )
+
+// The limits of an agent's containers when neither the Project nor the session names them: an
+// agent that runs away (a build filling the disk, a test leaking memory) is stopped before it
+// takes the node. Never below a request that is set.
+var (
+	defaultAgentMemoryLimit  = resource.MustParse("4Gi")
+	defaultAgentStorageLimit = resource.MustParse("8Gi")
+)
+
+// defaultLimits fills the memory and ephemeral-storage limits left unset, never below a request.
+func defaultLimits(r *corev1.ResourceRequirements) {
+	for name, def := range map[corev1.ResourceName]resource.Quantity{corev1.ResourceMemory: defaultAgentMemoryLimit, corev1.ResourceEphemeralStorage: defaultAgentStorageLimit} {
+		if _, ok := r.Limits[name]; ok {
+			continue
+		}
+		v := def
+		if req, ok := r.Requests[name]; ok && req.Cmp(v) > 0 {
+			v = req
+		}
+		if r.Limits == nil {
+			r.Limits = corev1.ResourceList{}
+		}
+		r.Limits[name] = v
+	}
+}
 
 // defaultRequests fills the CPU and memory requests left unset, never above a limit that is set.
 func defaultRequests(r *corev1.ResourceRequirements) {
@@ -354,13 +580,14 @@ func mergeByKey[T any](base, over []T, key func(T) string) []T {
 	return out
 }
 
-// worktreePod prepares (or removes) a Worktree's checkout when no session pod does it. It runs
-// the runner in the Project's agent image, so setup commands find the agent's toolchain.
+// worktreePod prepares (or removes) a Worktree's checkout when no session pod does it. Its
+// checkout step runs in the Project's agent image, so setup commands find the agent's toolchain.
 func (d *Deps) worktreePod(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol checkoutVolume, op string) (*corev1.Pod, error) {
 	labels := mergeLabels(managedLabels(p.Name), map[string]string{
 		agentsv1alpha1.LabelWorktree: wt.Name, agentsv1alpha1.LabelComponent: componentWorktree,
 	})
-	pod := d.basePod(worktreePodName(wt.Name), wt.Namespace, labels, p, vol)
+	home := homePath("worktree-"+wt.Name)
+	pod := d.basePod(worktreePodName(wt.Name), wt.Namespace, labels, p, vol, d.runnerArgs(p, vol, home, "", nil), nil)
 	pod.Annotations = map[string]string{annotationOperation: op, annotationGeneration: strconv.FormatInt(wt.Generation, 10)}
 	if req := wt.Annotations[agentsv1alpha1.ReconcileRequestAnnotation]; req != "" {
 		pod.Annotations[agentsv1alpha1.ReconcileRequestAnnotation] = req
@@ -370,25 +597,21 @@ func (d *Deps) worktreePod(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktre
 	switch op {
 	case operationRemove:
 		args = []string{"remove", "--mode=" + string(vol.Mode), "--path=" + vol.Path}
-		if vol.Mode == agentsv1alpha1.WorkspaceWorktree {
-			args = append(args, "--mirror="+mirrorPath)
-		}
 	default:
 		var err error
 		if args, err = prepareArgs(p, wt, vol); err != nil {
 			return nil, err
 		}
 	}
-	pull := pod.Spec.InitContainers[0].ImagePullPolicy
 	pod.Spec.Containers = []corev1.Container{{
 		Name:                     op,
 		Image:                    d.agentImage(p.Spec.Agent),
-		ImagePullPolicy:          pull,
+		ImagePullPolicy:          d.pullPolicy(),
 		Command:                  []string{runnerBinary},
 		Args:                     args,
-		Env:                      d.runnerEnv(homePath("worktree-" + wt.Name)),
-		VolumeMounts:             runnerMounts(pod),
-		SecurityContext:          restrictedContainer(),
+		Env:                      d.agentBaseEnv(home),
+		VolumeMounts:             agentMounts(p, vol, home, true),
+		SecurityContext:          restrictedContainer(podUser),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Resources:                agentResources(p.Spec.Agent.Resources),
 	}}
@@ -403,13 +626,14 @@ const (
 	operationRemove      = "remove"
 )
 
-// agentPod runs one session's agent: copy the runner in, prepare the checkout (in the agent
-// image, so setup commands find its toolchain), then run the agent under the runner.
+// agentPod runs one session's agent: the runner's container, the checkout step in the agent
+// image (so setup commands find its toolchain), then the agent's container.
 func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol checkoutVolume, agent agentsv1alpha1.AgentSpec) (*corev1.Pod, error) {
 	labels := mergeLabels(managedLabels(p.Name), map[string]string{
 		agentsv1alpha1.LabelSession: sess.Name, agentsv1alpha1.LabelWorktree: wt.Name, componentLabel: componentAgent,
 	})
-	pod := d.basePod(agentPodName(sess.Name), sess.Namespace, labels, p, vol)
+	home := homePath(sess.Name)
+	pod := d.basePod(agentPodName(sess.Name), sess.Namespace, labels, p, vol, d.runnerArgs(p, vol, home, sess.Name, &agent), &agent)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	// The runner stops the agent on SIGTERM within its stop grace (10s) and reports; leave room.
 	pod.Spec.TerminationGracePeriodSeconds = ptrTo(int64(30))
@@ -418,46 +642,55 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 		return nil, err
 	}
 	image := d.agentImage(agent)
-	pull := pod.Spec.InitContainers[0].ImagePullPolicy
+	env := append(append(d.agentBaseEnv(home), gitIdentity(sess.Name, agent.GitAuthor)...), agentEnv(agent)...)
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
 		Name:                     containerPrepare,
 		Image:                    image,
-		ImagePullPolicy:          pull,
+		ImagePullPolicy:          d.pullPolicy(),
 		Command:                  []string{runnerBinary},
 		Args:                     args,
-		Env:                      d.runnerEnv(homePath(sess.Name)),
-		VolumeMounts:             runnerMounts(pod),
-		SecurityContext:          restrictedContainer(),
+		Env:                      d.agentBaseEnv(home),
+		VolumeMounts:             agentMounts(p, vol, home, true),
+		SecurityContext:          restrictedContainer(podUser),
 		Resources:                agentResources(agent.Resources),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	})
 	pod.Spec.Containers = []corev1.Container{{
 		Name:                     containerAgent,
 		Image:                    image,
-		ImagePullPolicy:          pull,
+		ImagePullPolicy:          d.pullPolicy(),
 		Command:                  []string{runnerBinary},
-		Args:                     runArgs(p, vol),
+		Args:                     []string{"host", "--listen=" + hostListen},
 		WorkingDir:               vol.Path,
-		Env:                      append(append(d.runnerEnv(homePath(sess.Name)), gitIdentity(sess.Name)...), agentEnv(agent)...),
-		VolumeMounts:             runnerMounts(pod),
-		SecurityContext:          restrictedContainer(),
+		Env:                      env,
+		VolumeMounts:             agentMounts(p, vol, home, false),
+		SecurityContext:          restrictedContainer(podUser),
 		Resources:                agentResources(agent.Resources),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}}
 	return pod, nil
 }
 
-// homePath is a home directory on the workspace volume.
+// homePath is a home directory on the checkout's volume: agents keep their conversations there
+// (Claude Code and OpenCode under ~/.claude, ~/.local), so a restored pod resumes the same
+// conversation only if its home survived.
 func homePath(name string) string { return workspaceMount + "/homes/" + name }
 
-// gitIdentity names the commits an agent makes; a Project's agent.env may override it. git
-// refuses to commit with the identity it would guess in a container.
-func gitIdentity(session string) []corev1.EnvVar {
-	email := session + "@agents.shepherd.dev"
+// runnerStatePath is the runner's own state of a session on the volume, which only the runner's
+// container mounts.
+func runnerStatePath(session string) string { return workspaceMount + "/runner/" + session }
+
+// gitIdentity names the commits an agent makes: agent.gitAuthor, else Shepherd's. git refuses
+// to commit with the identity it would guess in a container.
+func gitIdentity(session string, a *agentsv1alpha1.GitAuthor) []corev1.EnvVar {
+	name, email := "Shepherd agent ("+session+")", session+"@agents.shepherd.dev"
+	if a != nil {
+		name, email = a.Name, a.Email
+	}
 	return []corev1.EnvVar{
-		{Name: "GIT_AUTHOR_NAME", Value: "Shepherd agent (" + session + ")"},
+		{Name: "GIT_AUTHOR_NAME", Value: name},
 		{Name: "GIT_AUTHOR_EMAIL", Value: email},
-		{Name: "GIT_COMMITTER_NAME", Value: "Shepherd agent (" + session + ")"},
+		{Name: "GIT_COMMITTER_NAME", Value: name},
 		{Name: "GIT_COMMITTER_EMAIL", Value: email},
 	}
 }

@@ -484,34 +484,34 @@ func TestPrepareArgs(t *testing.T) {
 		want    []string
 	}{
 		{"worktree mode: base main, from the mirror", nil, nil, agentsv1alpha1.WorkspaceWorktree, []string{
-			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=https://github.com/acme/widgets.git",
-			"--branch=feature/x", "--base=main", "--adopt=false", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
+			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git",
+			"--branch=feature/x", "--base=main", "--adopt=false", "--runner-addr=127.0.0.1:8737", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
 		}},
 		{"clone mode: no mirror; the Project's default branch as base; adopt", func(p *agentsv1alpha1.Project) {
 			p.Spec.Repository.DefaultBranch = "trunk"
 		}, func(w *agentsv1alpha1.Worktree) { w.Spec.Adopt = true }, agentsv1alpha1.WorkspaceClone, []string{
-			"prepare", "--mode=Clone", "--path=/shepherd/workspace/checkout", "--remote-url=https://github.com/acme/widgets.git",
-			"--branch=feature/x", "--base=trunk", "--adopt=true", "--result-file=/dev/termination-log",
+			"prepare", "--mode=Clone", "--path=/shepherd/workspace/checkout", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git",
+			"--branch=feature/x", "--base=trunk", "--adopt=true", "--runner-addr=127.0.0.1:8737", "--result-file=/dev/termination-log",
 		}},
 		{"the Worktree's base wins; setup commands as JSON", func(p *agentsv1alpha1.Project) {
 			p.Spec.Workspace.Setup = []agentsv1alpha1.SetupCommand{{Name: "deps", Command: []string{"go", "mod", "download"}}}
 		}, func(w *agentsv1alpha1.Worktree) { w.Spec.Base = "release-1" }, agentsv1alpha1.WorkspaceWorktree, []string{
-			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=https://github.com/acme/widgets.git",
-			"--branch=feature/x", "--base=release-1", "--adopt=false", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
+			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git",
+			"--branch=feature/x", "--base=release-1", "--adopt=false", "--runner-addr=127.0.0.1:8737", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
 			`--setup=[{"name":"deps","command":["go","mod","download"]}]`,
 		}},
 		{"worktree mode: shared paths link to the cache on the Project's volume", func(p *agentsv1alpha1.Project) {
 			p.Spec.Workspace.SharedPaths = []string{"node_modules", "web/node_modules"}
 		}, nil, agentsv1alpha1.WorkspaceWorktree, []string{
-			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=https://github.com/acme/widgets.git",
-			"--branch=feature/x", "--base=main", "--adopt=false", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
+			"prepare", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/wt", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git",
+			"--branch=feature/x", "--base=main", "--adopt=false", "--runner-addr=127.0.0.1:8737", "--result-file=/dev/termination-log", "--mirror=/shepherd/workspace/mirror.git",
 			"--shared-paths=node_modules,web/node_modules", "--shared-dir=/shepherd/workspace/shared",
 		}},
 		{"clone mode: shared paths link to the cache on the Project's volume, mounted apart", func(p *agentsv1alpha1.Project) {
 			p.Spec.Workspace.SharedPaths = []string{".venv"}
 		}, nil, agentsv1alpha1.WorkspaceClone, []string{
-			"prepare", "--mode=Clone", "--path=/shepherd/workspace/checkout", "--remote-url=https://github.com/acme/widgets.git",
-			"--branch=feature/x", "--base=main", "--adopt=false", "--result-file=/dev/termination-log",
+			"prepare", "--mode=Clone", "--path=/shepherd/workspace/checkout", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git",
+			"--branch=feature/x", "--base=main", "--adopt=false", "--runner-addr=127.0.0.1:8737", "--result-file=/dev/termination-log",
 			"--shared-paths=.venv", "--shared-dir=/shepherd/project/shared",
 		}},
 	}
@@ -539,29 +539,42 @@ func TestPrepareArgs(t *testing.T) {
 // testDeps are Deps with the options that shape pods.
 func testDeps() *Deps {
 	return &Deps{Options: Options{
-		RunnerImage: "runner:1", RunnerURL: "http://shepherd-runner.shepherd-system.svc:8090",
-		AgentImages: map[agentsv1alpha1.AgentType]string{agentsv1alpha1.AgentClaudeCode: "claude:default"},
+		RunnerImage: "runner:1", RunnerURL: "https://shepherd-runner.shepherd-system.svc:8090",
+		AgentImages:    map[agentsv1alpha1.AgentType]string{agentsv1alpha1.AgentClaudeCode: "claude:default"},
+		EgressProxyURL: "http://10.96.0.50:3128",
 	}}
 }
 
+// runnerSide names the containers of the runner's trust domain.
+var runnerSide = map[string]bool{containerCopyRunner: true, containerRunner: true}
+
 // expectRestricted checks a pod against the restricted Pod Security Standard and Shepherd's own
-// rules: no API token, Secrets only by reference, the runner token bound to its audience.
+// rules: no API token; read-only root file systems; the runner's token, CA and model key in the
+// runner's container only; the agent's containers mounting only their own directories, the
+// mirror read-only, and no Shepherd setting in their environment.
 func expectRestricted(g Gomega, pod *corev1.Pod) {
 	spec := pod.Spec
 	g.Expect(spec.AutomountServiceAccountToken).To(HaveValue(BeFalse()), "no service account token is mounted")
 	g.Expect(spec.HostNetwork || spec.HostPID || spec.HostIPC).To(BeFalse())
+	g.Expect(spec.ShareProcessNamespace).To(Or(BeNil(), HaveValue(BeFalse())), "the agent must not see the runner's processes")
 	g.Expect(spec.SecurityContext).NotTo(BeNil())
 	g.Expect(spec.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
 	g.Expect(spec.SecurityContext.RunAsUser).To(HaveValue(Not(BeZero())))
 	g.Expect(spec.SecurityContext.SeccompProfile).To(HaveField("Type", corev1.SeccompProfileTypeRuntimeDefault))
 	for _, v := range spec.Volumes {
 		g.Expect(v.HostPath).To(BeNil(), "volume %s", v.Name)
-		g.Expect(v.Secret).To(BeNil(), "volume %s: no Secret is mounted", v.Name)
 		g.Expect(v.Name).NotTo(HavePrefix("kube-api-access"))
+		if v.Secret != nil {
+			g.Expect(v.Name).To(Equal(volModelKey), "the only Secret volume is the model key")
+		}
 		if v.Projected != nil {
-			g.Expect(v.Name).To(Equal("runner-token"))
-			g.Expect(v.Projected.Sources).To(ConsistOf(HaveField("ServiceAccountToken", And(
-				Not(BeNil()), HaveField("Audience", runnerapi.Audience), HaveField("ExpirationSeconds", HaveValue(BeNumerically("<=", 3600)))))))
+			g.Expect(v.Name).To(Equal(volToken))
+			g.Expect(v.Projected.Sources).To(ConsistOf(
+				HaveField("ServiceAccountToken", And(Not(BeNil()), HaveField("Audience", runnerapi.Audience), HaveField("ExpirationSeconds", HaveValue(BeNumerically("<=", 3600))))),
+				HaveField("ConfigMap.Name", RunnerCAConfigMap)))
+		}
+		if v.EmptyDir != nil {
+			g.Expect(v.EmptyDir.SizeLimit).NotTo(BeNil(), "volume %s is bounded", v.Name)
 		}
 	}
 	for _, c := range append(append([]corev1.Container(nil), spec.InitContainers...), spec.Containers...) {
@@ -570,9 +583,12 @@ func expectRestricted(g Gomega, pod *corev1.Pod) {
 		g.Expect(sc.AllowPrivilegeEscalation).To(HaveValue(BeFalse()), "container %s", c.Name)
 		g.Expect(sc.Privileged).To(Or(BeNil(), HaveValue(BeFalse())), "container %s", c.Name)
 		g.Expect(sc.RunAsNonRoot).To(HaveValue(BeTrue()), "container %s", c.Name)
+		g.Expect(sc.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()), "container %s", c.Name)
 		g.Expect(sc.Capabilities).To(HaveField("Drop", ConsistOf(corev1.Capability("ALL"))), "container %s", c.Name)
 		g.Expect(sc.Capabilities.Add).To(BeEmpty(), "container %s", c.Name)
 		g.Expect(sc.SeccompProfile).To(HaveField("Type", corev1.SeccompProfileTypeRuntimeDefault), "container %s", c.Name)
+		g.Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceMemory), "container %s has a memory limit", c.Name)
+		g.Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceEphemeralStorage), "container %s has a disk limit", c.Name)
 		for _, e := range c.Env {
 			if e.ValueFrom != nil {
 				g.Expect(e.ValueFrom.SecretKeyRef).NotTo(BeNil(), "env %s of %s: only Secret references", e.Name, c.Name)
@@ -580,27 +596,68 @@ func expectRestricted(g Gomega, pod *corev1.Pod) {
 			g.Expect(strings.ToLower(e.Value)).NotTo(ContainSubstring("secret-value"), "env %s of %s", e.Name, c.Name)
 		}
 		g.Expect(c.EnvFrom).To(BeEmpty(), "container %s", c.Name)
+		if runnerSide[c.Name] {
+			g.Expect(sc.RunAsUser).To(HaveValue(Equal(runnerUser)), "container %s", c.Name)
+			continue
+		}
+		// The agent's trust domain.
+		g.Expect(sc.RunAsUser).To(HaveValue(Equal(podUser)), "container %s", c.Name)
+		for _, e := range c.Env {
+			g.Expect(e.Name).NotTo(HavePrefix("SHEPHERD_"), "container %s holds no channel setting", c.Name)
+		}
+		for _, m := range c.VolumeMounts {
+			g.Expect(m.Name).NotTo(BeElementOf(volToken, volModelKey, volRunnerTmp), "container %s mounts %s", c.Name, m.Name)
+			if m.Name == volWorkspace || m.Name == projectVolume {
+				g.Expect(m.SubPath).NotTo(BeEmpty(), "container %s mounts only its own part of %s, not %s whole", c.Name, m.Name, m.MountPath)
+				g.Expect(m.SubPath).NotTo(Or(HavePrefix("runner"), HavePrefix("worktrees/.spares")), "container %s", c.Name)
+				if m.SubPath == "mirror.git" {
+					g.Expect(m.ReadOnly).To(BeTrue(), "the mirror is read-only to the agent")
+				}
+			}
+		}
 	}
 }
 
-func TestRunArgs(t *testing.T) {
+func TestRunnerArgs(t *testing.T) {
 	wt := MakeWorktree("fix", "ns", "widgets", "shepherd/fix").Obj()
 	wt.Spec.Base = "release-1.2" // the session's own base; spares follow the Project's default
+	agent := agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentClaudeCode}
+	maxReq := int64(50)
+	withModel := agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentClaudeCode, ModelAPI: &agentsv1alpha1.ModelAPISpec{
+		API: agentsv1alpha1.ModelAPIAnthropic, URL: "https://llm.example.com", KeySecretRef: &agentsv1alpha1.SecretKeyRef{Name: "llm", Key: "key"},
+		Limits: &agentsv1alpha1.ModelLimits{MaxRequests: &maxReq}}}
 	for _, tc := range []struct {
-		name   string
-		mode   agentsv1alpha1.WorkspaceMode
-		spares int32
-		branch agentsv1alpha1.BranchName
-		want   []string
+		name    string
+		mode    agentsv1alpha1.WorkspaceMode
+		spares  int32
+		branch  agentsv1alpha1.BranchName
+		session string
+		agent   *agentsv1alpha1.AgentSpec
+		want    []string
 	}{
-		{"clone mode has no spares", agentsv1alpha1.WorkspaceClone, 0, "", []string{"run", "--workdir=/shepherd/workspace/checkout"}},
-		{"worktree mode, spares asked for", agentsv1alpha1.WorkspaceWorktree, 3, "develop", []string{"run", "--workdir=/shepherd/workspace/worktrees/fix",
-			"--spare-worktrees=3", "--mirror=/shepherd/workspace/mirror.git", "--base=develop"}},
+		{"clone mode has no mirror and no spares", agentsv1alpha1.WorkspaceClone, 0, "", "fix", &agent, []string{"run", "--listen=127.0.0.1:8737",
+			"--volume-mode=Clone", "--checkout-dir=/shepherd/workspace/checkout", "--agent-dirs=/shepherd/workspace/homes/fix",
+			"--workdir=/shepherd/workspace/checkout", "--host-addr=127.0.0.1:8738", "--state-dir=/shepherd/workspace/runner/fix"}},
+		{"worktree mode, spares asked for", agentsv1alpha1.WorkspaceWorktree, 3, "develop", "fix", &agent, []string{"run", "--listen=127.0.0.1:8737",
+			"--volume-mode=Worktree", "--checkout-dir=/shepherd/workspace/worktrees/fix", "--agent-dirs=/shepherd/workspace/homes/fix",
+			"--mirror=/shepherd/workspace/mirror.git", "--workdir=/shepherd/workspace/worktrees/fix", "--host-addr=127.0.0.1:8738",
+			"--state-dir=/shepherd/workspace/runner/fix", "--spare-worktrees=3", "--base=develop"}},
+		{"a checkout pod's runner serves git only", agentsv1alpha1.WorkspaceWorktree, 3, "", "", nil, []string{"run", "--listen=127.0.0.1:8737",
+			"--volume-mode=Worktree", "--checkout-dir=/shepherd/workspace/worktrees/fix", "--mirror=/shepherd/workspace/mirror.git", "--serve-only"}},
+		{"the model proxy", agentsv1alpha1.WorkspaceClone, 0, "", "fix", &withModel, []string{"run", "--listen=127.0.0.1:8737",
+			"--volume-mode=Clone", "--checkout-dir=/shepherd/workspace/checkout", "--agent-dirs=/shepherd/workspace/homes/fix",
+			"--workdir=/shepherd/workspace/checkout", "--host-addr=127.0.0.1:8738", "--state-dir=/shepherd/workspace/runner/fix",
+			"--model-api=Anthropic", "--model-url=https://llm.example.com", "--model-key-file=/var/run/secrets/shepherd-model/key",
+			"--model-max-requests=50", "--egress-proxy=http://10.96.0.50:3128"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := MakeProject("widgets", "ns").URL("https://github.com/acme/widgets.git").Obj()
 			p.Spec.Workspace.Mode, p.Spec.Workspace.SpareWorktrees, p.Spec.Repository.DefaultBranch = tc.mode, tc.spares, tc.branch
-			NewWithT(t).Expect(runArgs(p, worktreeVolume("widgets", wt, tc.mode))).To(Equal(tc.want))
+			home := ""
+			if tc.session != "" {
+				home = homePath(tc.session)
+			}
+			NewWithT(t).Expect(testDeps().runnerArgs(p, worktreeVolume("widgets", wt, tc.mode), home, tc.session, tc.agent)).To(Equal(tc.want))
 		})
 	}
 }
@@ -609,9 +666,10 @@ func TestAgentPod(t *testing.T) {
 	g := NewWithT(t)
 	mem := resource.MustParse("4Gi")
 	p := MakeProject("widgets", "ns").URL("https://github.com/acme/widgets.git").Obj()
-	p.Spec.Agent.Credentials = []agentsv1alpha1.AgentCredential{{EnvName: "ANTHROPIC_API_KEY", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "llm", Key: "key"}}}
+	p.Spec.Agent.Credentials = []agentsv1alpha1.AgentCredential{{EnvName: "NPM_TOKEN", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "npm", Key: "token"}}}
 	p.Spec.Agent.Env = []agentsv1alpha1.EnvVar{{Name: "MODEL_URL", Value: "http://llm"}}
 	p.Spec.Agent.Resources = &agentsv1alpha1.ResourceRequirements{Limits: agentsv1alpha1.ResourceList{Memory: &mem}}
+	p.Spec.Agent.ModelAPI = &agentsv1alpha1.ModelAPISpec{API: agentsv1alpha1.ModelAPIAnthropic, KeySecretRef: &agentsv1alpha1.SecretKeyRef{Name: "llm", Key: "key"}}
 	s := MakeSession("fix", "ns", "widgets").Prompt("p").Obj()
 	wt := MakeWorktree("fix", "ns", "widgets", "shepherd/fix").Obj()
 	vol := worktreeVolume("widgets", wt, agentsv1alpha1.WorkspaceWorktree)
@@ -629,26 +687,45 @@ func TestAgentPod(t *testing.T) {
 	g.Expect(pod.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
 	g.Expect(pod.Spec.InitContainers).To(HaveExactElements(
 		And(HaveField("Name", "copy-runner"), HaveField("Image", "runner:1"), HaveField("Args", ContainElement("copy-self"))),
+		And(HaveField("Name", "runner"), HaveField("Image", "runner:1"), HaveField("RestartPolicy", HaveValue(Equal(corev1.ContainerRestartPolicyAlways))),
+			HaveField("StartupProbe.Exec.Command", ContainElement("probe")), HaveField("Args", ContainElement("run"))),
 		And(HaveField("Name", "prepare"), HaveField("Image", "claude:default"), HaveField("Command", []string{"/shepherd/bin/runner"}),
-			HaveField("Args", ContainElements("prepare", "--branch=shepherd/fix"))),
+			HaveField("Args", ContainElements("prepare", "--branch=shepherd/fix", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git"))),
 	))
+	runner := pod.Spec.InitContainers[1]
+	g.Expect(runner.Env).To(ContainElements(
+		corev1.EnvVar{Name: "SHEPHERD_MANAGER_URL", Value: "https://shepherd-runner.shepherd-system.svc:8090"},
+		corev1.EnvVar{Name: "SHEPHERD_TOKEN_FILE", Value: "/var/run/secrets/shepherd/token"},
+		corev1.EnvVar{Name: "SHEPHERD_CA_FILE", Value: "/var/run/secrets/shepherd/ca.crt"},
+	))
+	g.Expect(runner.VolumeMounts).To(ContainElements(
+		corev1.VolumeMount{Name: "runner-token", MountPath: "/var/run/secrets/shepherd", ReadOnly: true},
+		corev1.VolumeMount{Name: "model-key", MountPath: "/var/run/secrets/shepherd-model", ReadOnly: true},
+		corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace"},
+	))
+	g.Expect(pod.Spec.Volumes).To(ContainElement(And(HaveField("Name", "model-key"), HaveField("Secret.SecretName", "llm"),
+		HaveField("Secret.Items", ConsistOf(corev1.KeyToPath{Key: "key", Path: "key"})))))
+
 	g.Expect(pod.Spec.Containers).To(HaveLen(1))
 	agent := pod.Spec.Containers[0]
 	g.Expect(agent.Name).To(Equal("agent"))
 	g.Expect(agent.Command).To(Equal([]string{"/shepherd/bin/runner"}))
-	// In worktree mode the runner keeps the Project's spares (none asked for: any left are removed).
-	g.Expect(agent.Args).To(Equal([]string{"run", "--workdir=/shepherd/workspace/worktrees/fix",
-		"--spare-worktrees=0", "--mirror=/shepherd/workspace/mirror.git", "--base=main"}))
+	g.Expect(agent.Args).To(Equal([]string{"host", "--listen=127.0.0.1:8738"}))
 	g.Expect(agent.Resources.Limits).To(HaveKeyWithValue(corev1.ResourceMemory, mem))
+	g.Expect(agent.Resources.Limits).To(HaveKeyWithValue(corev1.ResourceEphemeralStorage, resource.MustParse("8Gi")), "a default disk limit")
 	g.Expect(agent.Env).To(ContainElements(
-		corev1.EnvVar{Name: "SHEPHERD_MANAGER_URL", Value: "http://shepherd-runner.shepherd-system.svc:8090"},
-		corev1.EnvVar{Name: "SHEPHERD_TOKEN_FILE", Value: "/var/run/secrets/shepherd/token"},
+		corev1.EnvVar{Name: "HOME", Value: "/shepherd/workspace/homes/fix"},
+		corev1.EnvVar{Name: "HTTPS_PROXY", Value: "http://10.96.0.50:3128"},
+		corev1.EnvVar{Name: "NO_PROXY", Value: "127.0.0.1,localhost"},
 		corev1.EnvVar{Name: "MODEL_URL", Value: "http://llm"},
-		HaveField("ValueFrom.SecretKeyRef.Key", "key"),
+		HaveField("ValueFrom.SecretKeyRef.Key", "token"),
 	))
-	g.Expect(agent.VolumeMounts).To(ContainElements(
-		corev1.VolumeMount{Name: "runner-token", MountPath: "/var/run/secrets/shepherd", ReadOnly: true},
-		corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace"},
+	g.Expect(agent.VolumeMounts).To(ConsistOf(
+		corev1.VolumeMount{Name: "shepherd-bin", MountPath: "/shepherd/bin", ReadOnly: true},
+		corev1.VolumeMount{Name: "agent-tmp", MountPath: "/tmp"},
+		corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace/worktrees/fix", SubPath: "worktrees/fix"},
+		corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace/homes/fix", SubPath: "homes/fix"},
+		corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace/mirror.git", SubPath: "mirror.git", ReadOnly: true},
 	))
 	g.Expect(pod.Spec.Volumes).To(ContainElement(And(HaveField("Name", "workspace"),
 		HaveField("PersistentVolumeClaim.ClaimName", "widgets-workspace"))))
@@ -658,6 +735,7 @@ func TestAgentPod(t *testing.T) {
 	g.Expect(again).To(Equal(pod), "the builder is deterministic")
 	g.Expect(pod.Spec.NodeSelector).To(BeEmpty())
 	g.Expect(pod.Spec.Tolerations).To(BeEmpty())
+	g.Expect(pod.Spec.RuntimeClassName).To(BeNil())
 }
 
 func TestPodsMountTheSharedPathsCache(t *testing.T) {
@@ -667,10 +745,9 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 	wt := MakeWorktree("fix", "ns", "widgets", "shepherd/fix").Obj()
 	d := testDeps()
 	projectVolume := And(HaveField("Name", "project-workspace"), HaveField("PersistentVolumeClaim.ClaimName", "widgets-workspace"))
-	projectMount := corev1.VolumeMount{Name: "project-workspace", MountPath: "/shepherd/project"}
 
-	// pods returns the agent pod and the worktree pod of a mode, and the containers that run the
-	// runner in them (prepare, agent; prepare).
+	// pods returns the agent pod and the worktree pod of a mode, and their prepare and agent
+	// containers (prepare, agent; prepare).
 	pods := func(g Gomega, mode agentsv1alpha1.WorkspaceMode) ([]*corev1.Pod, []corev1.Container) {
 		vol := worktreeVolume("widgets", wt, mode)
 		agentPod, err := d.agentPod(s, p, wt, vol, mergeAgent(p.Spec.Agent, s.Spec.Agent))
@@ -680,37 +757,39 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 		for _, pod := range []*corev1.Pod{agentPod, checkoutPod} {
 			expectRestricted(g, pod)
 		}
-		return []*corev1.Pod{agentPod, checkoutPod}, []corev1.Container{agentPod.Spec.InitContainers[1], agentPod.Spec.Containers[0], checkoutPod.Spec.Containers[0]}
+		return []*corev1.Pod{agentPod, checkoutPod}, []corev1.Container{agentPod.Spec.InitContainers[2], agentPod.Spec.Containers[0], checkoutPod.Spec.Containers[0]}
+	}
+	cacheMount := func(name, path, sub string, ro bool) corev1.VolumeMount {
+		return corev1.VolumeMount{Name: name, MountPath: path, SubPath: sub, ReadOnly: ro}
 	}
 
 	t.Run("worktree mode: a directory of the volume every pod already mounts", func(t *testing.T) {
 		g := NewWithT(t)
-		ps, runners := pods(g, agentsv1alpha1.WorkspaceWorktree)
+		ps, cs := pods(g, agentsv1alpha1.WorkspaceWorktree)
 		for _, pod := range ps {
 			g.Expect(pod.Spec.Volumes).NotTo(ContainElement(projectVolume), "no second volume")
+			g.Expect(pod.Spec.InitContainers[1].Args).To(ContainElement(ContainSubstring("/shepherd/workspace/shared")), "the runner makes the cache's directory")
 		}
-		for _, c := range runners {
-			g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace"}), c.Name)
-			g.Expect(c.VolumeMounts).NotTo(ContainElement(projectMount), c.Name)
-		}
-		for _, c := range []corev1.Container{runners[0], runners[2]} {
+		g.Expect(cs[0].VolumeMounts).To(ContainElement(cacheMount("workspace", "/shepherd/workspace/shared", "shared", false)), "prepare fills the cache")
+		g.Expect(cs[1].VolumeMounts).To(ContainElement(cacheMount("workspace", "/shepherd/workspace/shared", "shared", true)), "the agent only reads it")
+		for _, c := range []corev1.Container{cs[0], cs[2]} {
 			g.Expect(c.Args).To(ContainElements("--shared-paths=node_modules", "--shared-dir=/shepherd/workspace/shared"), c.Name)
 		}
 	})
 
 	t.Run("clone mode: the Project's workspace volume, mounted beside the checkout's", func(t *testing.T) {
 		g := NewWithT(t)
-		ps, runners := pods(g, agentsv1alpha1.WorkspaceClone)
+		ps, cs := pods(g, agentsv1alpha1.WorkspaceClone)
 		for _, pod := range ps {
 			g.Expect(pod.Spec.Volumes).To(ContainElements(projectVolume,
 				And(HaveField("Name", "workspace"), HaveField("PersistentVolumeClaim.ClaimName", "fix-checkout"))), pod.Name)
+			g.Expect(pod.Spec.InitContainers[1].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "project-workspace", MountPath: "/shepherd/project"}))
 		}
 		// The links are absolute: prepare makes them, and the agent follows them, at one path.
-		for _, c := range runners {
-			g.Expect(c.VolumeMounts).To(ContainElements(projectMount, corev1.VolumeMount{Name: "workspace", MountPath: "/shepherd/workspace"}), c.Name)
-		}
-		g.Expect(ps[0].Spec.InitContainers[0].VolumeMounts).NotTo(ContainElement(projectMount), "copy-runner needs no checkout")
-		for _, c := range []corev1.Container{runners[0], runners[2]} {
+		g.Expect(cs[0].VolumeMounts).To(ContainElement(cacheMount("project-workspace", "/shepherd/project/shared", "shared", false)))
+		g.Expect(cs[1].VolumeMounts).To(ContainElement(cacheMount("project-workspace", "/shepherd/project/shared", "shared", true)))
+		g.Expect(ps[0].Spec.InitContainers[0].VolumeMounts).To(HaveLen(1), "copy-runner mounts only where it copies to")
+		for _, c := range []corev1.Container{cs[0], cs[2]} {
 			g.Expect(c.Args).To(ContainElements("--shared-paths=node_modules", "--shared-dir=/shepherd/project/shared"), c.Name)
 		}
 	})
@@ -723,7 +802,7 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 			pod, err := d.agentPod(s, p, wt, worktreeVolume("widgets", wt, mode), mergeAgent(p.Spec.Agent, s.Spec.Agent))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(pod.Spec.Volumes).NotTo(ContainElement(projectVolume))
-			g.Expect(pod.Spec.InitContainers[1].Args).NotTo(ContainElement(HavePrefix("--shared")))
+			g.Expect(pod.Spec.InitContainers[2].Args).NotTo(ContainElement(HavePrefix("--shared")))
 		}
 	})
 }
@@ -734,6 +813,7 @@ func TestPodsFollowTheProjectsScheduling(t *testing.T) {
 	tol := corev1.Toleration{Key: "pool", Operator: corev1.TolerationOpEqual, Value: "agents", Effect: corev1.TaintEffectNoSchedule}
 	p.Spec.Scheduling = &agentsv1alpha1.SchedulingSpec{
 		NodeSelector: map[string]string{"pool": "agents"}, Tolerations: []corev1.Toleration{tol}, PriorityClassName: "agents-low",
+		RuntimeClassName: "gvisor",
 	}
 	s := MakeSession("fix", "ns", "widgets").Prompt("p").Obj()
 	wt := MakeWorktree("fix", "ns", "widgets", "shepherd/fix").Obj()
@@ -748,6 +828,7 @@ func TestPodsFollowTheProjectsScheduling(t *testing.T) {
 		g.Expect(pod.Spec.NodeSelector).To(Equal(map[string]string{"pool": "agents"}), pod.Name)
 		g.Expect(pod.Spec.Tolerations).To(Equal([]corev1.Toleration{tol}), pod.Name)
 		g.Expect(pod.Spec.PriorityClassName).To(Equal("agents-low"), pod.Name)
+		g.Expect(pod.Spec.RuntimeClassName).To(HaveValue(Equal("gvisor")), pod.Name)
 	}
 	agentPod.Spec.NodeSelector["pool"] = "changed"
 	g.Expect(p.Spec.Scheduling.NodeSelector).To(HaveKeyWithValue("pool", "agents"), "the pod holds a copy")
@@ -766,9 +847,10 @@ func TestWorktreePod(t *testing.T) {
 	expectRestricted(g, prep)
 	g.Expect(prep.Name).To(Equal("feature-worktree"))
 	g.Expect(prep.Labels).To(And(HaveKeyWithValue(agentsv1alpha1.LabelWorktree, "feature"), HaveKeyWithValue(agentsv1alpha1.LabelComponent, "worktree"),
-		Not(HaveKey(agentsv1alpha1.LabelSession))), "a worktree pod is no session's: the runner channel refuses it")
+		Not(HaveKey(agentsv1alpha1.LabelSession))), "a worktree pod is no session's: the runner channel serves it git only")
 	g.Expect(prep.Annotations).To(Equal(map[string]string{
 		annotationOperation: operationPrepare, annotationGeneration: "3", agentsv1alpha1.ReconcileRequestAnnotation: "now"}))
+	g.Expect(prep.Spec.InitContainers[1].Args).To(ContainElement("--serve-only"))
 	g.Expect(prep.Spec.Containers).To(ConsistOf(And(HaveField("Name", "prepare"), HaveField("Image", "claude:default"),
 		HaveField("Args", ContainElements("prepare", "--mode=Clone")))))
 	g.Expect(prep.Spec.Volumes).To(ContainElement(And(HaveField("Name", "workspace"),
@@ -778,7 +860,7 @@ func TestWorktreePod(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	expectRestricted(g, rm)
 	g.Expect(rm.Spec.Containers).To(ConsistOf(And(HaveField("Name", "remove"), HaveField("Args", Equal([]string{
-		"remove", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/feature", "--mirror=/shepherd/workspace/mirror.git"})))))
+		"remove", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/feature"})))))
 }
 
 func TestMessagesWaiting(t *testing.T) {

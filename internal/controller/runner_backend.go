@@ -2,9 +2,10 @@ package controller
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/url"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ func (b *RunnerBackend) load(ctx context.Context, s runnerapi.Session) (*agentsv
 		}
 		return nil, nil, fmt.Errorf("get session: %w", err)
 	}
+	if err := ownedBy(sess, s); err != nil {
+		return nil, nil, err
+	}
 	p := &agentsv1alpha1.Project{}
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: sess.Namespace, Name: sess.Spec.ProjectRef.Name}, p); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -52,6 +56,15 @@ func (b *RunnerBackend) load(ctx context.Context, s runnerapi.Session) (*agentsv
 		return nil, nil, fmt.Errorf("get project: %w", err)
 	}
 	return sess, p, nil
+}
+
+// ownedBy refuses a caller whose pod's controller is not this session: a pod left from an
+// earlier session of the same name gets nothing of the new one.
+func ownedBy(sess *agentsv1alpha1.AgentSession, s runnerapi.Session) error {
+	if sess.UID != s.OwnerUID {
+		return fmt.Errorf("pod %s does not belong to session %s as it is now: %w", s.PodName, s.Name, runnerapi.ErrForbidden)
+	}
+	return nil
 }
 
 // Task is the session's task: the prompt (rendered from the issue when there is one), the agent
@@ -157,6 +170,9 @@ func (b *RunnerBackend) Pending(ctx context.Context, s runnerapi.Session) ([]run
 	if err := b.Client.Get(ctx, s.NamespacedName, sess); err != nil {
 		return nil, fmt.Errorf("get session: %w", err)
 	}
+	if err := ownedBy(sess, s); err != nil {
+		return nil, err
+	}
 	msgs := pendingMessages(sess)
 	b.ackMu.Lock()
 	defer b.ackMu.Unlock()
@@ -205,6 +221,9 @@ func (b *RunnerBackend) Ack(ctx context.Context, s runnerapi.Session, id string)
 		sess := &agentsv1alpha1.AgentSession{}
 		if err := b.APIReader.Get(ctx, s.NamespacedName, sess); err != nil {
 			return fmt.Errorf("get session: %w", err)
+		}
+		if err := ownedBy(sess, s); err != nil {
+			return err
 		}
 		if err := ackMessage(&sess.Status.Messages, sess.Spec.Messages, id); err != nil {
 			return err
@@ -293,14 +312,18 @@ func (b *RunnerBackend) OpenPullRequest(ctx context.Context, s runnerapi.Session
 	return &res, nil
 }
 
-// PushCredentials returns a credential for the session's repository only.
-func (b *RunnerBackend) PushCredentials(ctx context.Context, s runnerapi.Session, req runnerapi.CredentialRequest) (*runnerapi.Credentials, error) {
-	_, p, err := b.load(ctx, s)
+// GitRemote is where the caller's git goes: the Project's repository, with a credential the
+// manager adds to each request (a GitHub App token minted for the one repository with contents
+// access, or the Project's token). No credential is ever handed to a pod. A session may push its
+// own branch; a checkout pod (no session) pushes nothing.
+func (b *RunnerBackend) GitRemote(ctx context.Context, s runnerapi.Session) (*runnerapi.GitRemote, error) {
+	p, branch, err := b.caller(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	if host := repositoryHost(string(p.Spec.Repository.URL)); host == "" || !strings.EqualFold(host, req.Host) {
-		return nil, fmt.Errorf("host %q is not the session's repository host: %w", req.Host, runnerapi.ErrForbidden)
+	remote := &runnerapi.GitRemote{URL: string(p.Spec.Repository.URL), Header: http.Header{}, Branch: branch}
+	if p.Spec.Repository.Credentials == nil {
+		return remote, nil // a public repository: read-only, as the forge decides
 	}
 	f, err := b.connectForge(ctx, p)
 	if err != nil {
@@ -310,22 +333,38 @@ func (b *RunnerBackend) PushCredentials(ctx context.Context, s runnerapi.Session
 	defer cancel()
 	c, err := f.Conn.Provider.PushCredential(cctx, f.Repo)
 	if err != nil {
-		return nil, fmt.Errorf("issue a push credential: %w", err)
+		return nil, fmt.Errorf("issue a git credential: %w", err)
 	}
-	return &runnerapi.Credentials{Username: c.Username, Password: c.Password, ExpiresAt: c.ExpiresAt}, nil
+	remote.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(c.Username+":"+c.Password)))
+	return remote, nil
 }
 
-// repositoryHost is the host (with port) git talks to for a repository URL.
-func repositoryHost(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.Host != "" {
-		return u.Host
-	}
-	// scp-like user@host:path
-	if at := strings.IndexByte(raw, '@'); at >= 0 {
-		rest := raw[at+1:]
-		if colon := strings.IndexByte(rest, ':'); colon > 0 {
-			return rest[:colon]
+// caller reads the Project of a runner's caller and the branch it may push, checking that the
+// pod's controller is the object of that name now (not an earlier one).
+func (b *RunnerBackend) caller(ctx context.Context, s runnerapi.Session) (*agentsv1alpha1.Project, string, error) {
+	if s.IsSession() {
+		sess, p, err := b.load(ctx, s)
+		if err != nil {
+			return nil, "", err
 		}
+		return p, sess.Status.Branch, nil
 	}
-	return ""
+	wt := &agentsv1alpha1.Worktree{}
+	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Worktree}, wt); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, "", fmt.Errorf("worktree %s: %w", s.Worktree, runnerapi.ErrNotFound)
+		}
+		return nil, "", fmt.Errorf("get worktree: %w", err)
+	}
+	if s.OwnerUID != "" && wt.UID != s.OwnerUID {
+		return nil, "", fmt.Errorf("pod %s belongs to an earlier Worktree %s: %w", s.PodName, s.Worktree, runnerapi.ErrForbidden)
+	}
+	p := &agentsv1alpha1.Project{}
+	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: wt.Spec.ProjectRef.Name}, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, "", fmt.Errorf("project %s: %w", wt.Spec.ProjectRef.Name, runnerapi.ErrNotFound)
+		}
+		return nil, "", fmt.Errorf("get project: %w", err)
+	}
+	return p, "", nil
 }

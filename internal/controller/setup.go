@@ -127,6 +127,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 			Reviewer: runnerapi.NewTokenReviewer(deps.Client),
 			Pods:     mgr.GetClient(),
 			LivePods: mgr.GetAPIReader(),
+			Identify: runnerapi.StandardIdentify(PodNames),
 			Log:      mgr.GetLogger().WithName("runnerapi"),
 		})
 		if err != nil {

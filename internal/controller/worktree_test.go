@@ -42,7 +42,7 @@ var _ = Describe("Worktree lifecycle", func() {
 		Expect(pod.Spec.Containers).To(HaveLen(1))
 		Expect(pod.Spec.Containers[0].Args).To(ContainElements(
 			"prepare", "--branch=feature/login", "--base=main", "--adopt=false", "--mode=Worktree",
-			"--remote-url="+gh.CloneURL(w.full), "--mirror=/shepherd/workspace/mirror.git",
+			"--remote-url=http://127.0.0.1:8737/git/"+w.full+".git", "--mirror=/shepherd/workspace/mirror.git",
 		))
 		Expect(pod.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
 

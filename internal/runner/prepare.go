@@ -4,23 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
-	"github.com/shepherd-dev/shepherd/internal/agent"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 )
 
-// PrepareConfig is everything `runner prepare` takes (from flags; see cmd/runner).
+// PrepareConfig is everything `runner prepare` takes (from flags; see cmd/runner). Prepare is
+// the checkout step: it runs in the agent's image as the agent's user, before the agent starts,
+// with no token and no credential; its git reaches the forge through the runner's local server.
 type PrepareConfig struct {
 	Workspace workspace.Options
-	Channel   Channel
-	// Self is the runner binary, used as git's credential helper.
-	Self string
+	// RunnerAddr is the runner's local server: prepare waits until the runner says the volume is
+	// ready (the mirror fetched, a spare moved into place), then tells it the result. Empty
+	// waits for nobody (tests of the checkout alone).
+	RunnerAddr string
 	// GitPath of git; "" looks it up on PATH.
 	GitPath string
 	// ResultFile receives the result as JSON, cut to 4 KiB (point it at /dev/termination-log so
@@ -64,45 +68,67 @@ func ParseSharedPaths(raw string) ([]string, error) {
 
 // Prepare makes the checkout and reports it. A failed setup is reported and returns no error.
 func Prepare(ctx context.Context, cfg PrepareConfig) (*workspace.Result, error) {
-	g := NewGit(cfg.GitPath, cfg.Self, cfg.Channel, cfg.Log)
+	g := &workspace.Git{Path: cfg.GitPath, Timeout: 30 * time.Minute,
+		// The checkout's top directory was made by the runner (another user); in the agent's
+		// own domain that is safe.
+		ConfigArgs: []string{"-c", "safe.directory=*"}}
 	if cfg.Log != nil {
+		g.Log = cfg.Log
 		cfg.Workspace.SetupOutput = cfg.Log
+	}
+	var volume workspace.VolumeResult
+	if cfg.RunnerAddr != "" {
+		var err error
+		if volume, err = WaitLocal(ctx, cfg.RunnerAddr); err != nil {
+			writeResult(cfg.ResultFile, map[string]string{"error": err.Error()})
+			return nil, err
+		}
 	}
 	res, err := workspace.Prepare(ctx, g, cfg.Workspace)
 	if err != nil {
 		writeResult(cfg.ResultFile, map[string]string{"error": err.Error()})
 		return nil, err
 	}
+	// In worktree mode the runner fetched the mirror: it knows whether that was the whole
+	// repository (the manager labels the start cold or warm by it).
+	res.FullFetch = res.FullFetch || volume.FullFetch
+	if err := trustCheckout(res.Path); err != nil && cfg.Log != nil {
+		fmt.Fprintf(cfg.Log, "shepherd-runner: %v; the agent's own git may refuse the checkout\n", err)
+	}
 	writeResult(cfg.ResultFile, res)
-	if cfg.Channel.Enabled() {
-		if err := reportPrepared(ctx, cfg.Channel, res); err != nil && cfg.Log != nil {
+	if cfg.RunnerAddr != "" {
+		if err := postPrepared(ctx, cfg.RunnerAddr, res); err != nil && cfg.Log != nil {
 			// The checkout is ready either way; the controller also reads the result file.
-			fmt.Fprintf(cfg.Log, "shepherd-runner: could not report the checkout to the manager: %v\n", err)
+			fmt.Fprintf(cfg.Log, "shepherd-runner: could not tell the runner about the checkout: %v\n", err)
 		}
 	}
 	return res, nil
 }
 
-func reportPrepared(ctx context.Context, ch Channel, res *workspace.Result) error {
-	client, err := ch.Client()
+// trustCheckout marks the checkout safe in the agent's git configuration ($HOME/.gitconfig):
+// its top directory belongs to the runner's user, and git refuses to work in a repository
+// another user owns unless told it is safe. Only that one path is added.
+func trustCheckout(path string) error {
+	home := os.Getenv("HOME")
+	if home == "" || home == "/" {
+		return errors.New("no HOME to record the checkout as safe in")
+	}
+	cfg := filepath.Join(home, ".gitconfig")
+	line := "\tdirectory = " + path + "\n"
+	raw, err := os.ReadFile(cfg)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", cfg, err)
+	}
+	if strings.Contains(string(raw), line) {
+		return nil
+	}
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("open %s: %w", cfg, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	var task *runnerapi.Task
-	if err := retry(ctx, "get task", func() error {
-		var err error
-		task, err = client.Task(ctx)
-		return err
-	}); err != nil {
-		return err
-	}
-	rep := runnerapi.Report{Sequence: task.LastSequence + 1, Time: time.Now(), Workspace: workspaceReport(res.Facts, res.Path)}
-	rep.Workspace.Restored = res.Restored
-	rep.Workspace.Setup = &runnerapi.SetupReport{State: res.Setup.State, FailedCommand: res.Setup.FailedCommand,
-		Error: agent.Truncate(res.Setup.Error, 4096)}
-	return retry(ctx, "report checkout", func() error { return client.Report(ctx, rep) })
+	defer func() { _ = f.Close() }()
+	_, err = f.WriteString("[safe]\n" + line)
+	return err
 }
 
 func workspaceReport(f workspace.Facts, path string) *runnerapi.WorkspaceReport {

@@ -7,26 +7,40 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/agenthost"
+	"github.com/shepherd-dev/shepherd/internal/modelproxy"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 )
 
-// RunConfig is everything `runner run` takes.
+// RunConfig is everything `runner run` takes: the runner's container in an agent pod, or in a
+// checkout pod (ServeOnly).
 type RunConfig struct {
-	// Workdir is the checkout prepared for the session.
+	// Workdir is the session's checkout as the agent's container sees it.
 	Workdir string
 	Channel Channel
-	// Self is the runner binary, git's credential helper.
-	Self    string
+	// Listen is the local server's address (DefaultListen).
+	Listen string
+	// HostAddr is the agent container's host (agenthost.DefaultAddr).
+	HostAddr string
+	// Volume is what the runner makes ready before the checkout step; nil makes nothing.
+	Volume *workspace.Volume
+	// StateDir holds the runner's own state (the conversation usage totals), out of the agent's
+	// reach; empty keeps none.
+	StateDir string
+	// ServeOnly serves the local server (git for the checkout step) until ctx ends, with no
+	// session: a checkout pod's runner.
+	ServeOnly bool
+	// Model configures the model proxy; nil serves none.
+	Model *ModelConfig
+	// GitPath of git for the runner's own repositories (the mirror, the spares).
 	GitPath string
 	// PollWait is how long one long poll for messages waits; default 30s.
 	PollWait time.Duration
@@ -48,6 +62,8 @@ type RunConfig struct {
 	// SpareGrace is how long a stopping runner lets a spare being made finish (a spare cut short
 	// is removed by the next fill, its work lost); default 15s, within the pod's 30s grace.
 	SpareGrace time.Duration
+	// OnListen, when set, hears the local server's address once it listens (tests).
+	OnListen func(addr string)
 }
 
 // InterruptedPrompt resumes a conversation whose turn was cut short when its pod went away.
@@ -73,6 +89,12 @@ func (c *RunConfig) defaults() {
 	if c.SpareGrace == 0 {
 		c.SpareGrace = 15 * time.Second
 	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.HostAddr == "" {
+		c.HostAddr = agenthost.DefaultAddr
+	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
 	}
@@ -83,13 +105,22 @@ func (c *RunConfig) defaults() {
 
 // runner holds one `runner run`.
 type runner struct {
-	cfg      RunConfig
-	client   *runnerapi.Client
-	task     *runnerapi.Task
-	adapter  agent.Agent
+	cfg    RunConfig
+	client *runnerapi.Client
+	local  *Local
+	host   *agenthost.Client
+	// modelProxy is the model API proxy, when the Project has one.
+	modelProxy *modelproxy.Proxy
+	// localAddr is the local server's address, the agent's base URL for git and the model API.
+	localAddr string
+	task      *runnerapi.Task
+	adapter   agent.Agent
+	// git runs in the agent's container, on its checkout; localGit here, on the mirror and spares.
 	git      *workspace.Git
-	stateDir string
-	rep      *reporter
+	localGit *workspace.Git
+	// agentStateDir is the agent's state dir in its container (Aider's chat history).
+	agentStateDir string
+	rep           *reporter
 	// sessionID is the agent's conversation id; turns counts turns run by this process.
 	sessionID string
 	model     string
@@ -115,8 +146,9 @@ type runner struct {
 // is the first).
 const publishRetryMax = 2 * time.Minute
 
-// Run runs the agent until it exits abnormally or ctx ends (the pod is stopping). It returns the
-// exit code the runner should exit with: the agent's when it crashed, 0 on a stop.
+// Run runs the runner's container until the agent exits abnormally or ctx ends (the pod is
+// stopping). It returns the exit code the runner should exit with: the agent's when it crashed,
+// 0 on a stop. The agent's container gets the same code (its host exits with it).
 func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	cfg.defaults()
 	if !cfg.Channel.Enabled() {
@@ -126,7 +158,33 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	r := &runner{cfg: cfg, client: client, git: NewGit(cfg.GitPath, cfg.Self, cfg.Channel, nil), sparesDone: make(chan struct{})}
+	local, err := NewLocal(cfg.Channel)
+	if err != nil {
+		return 1, err
+	}
+	var model *modelproxy.Proxy
+	if cfg.Model != nil {
+		if model, err = cfg.Model.proxy(); err != nil {
+			return 1, err
+		}
+		local.Model = model
+	}
+	addr, stopLocal, err := local.Serve(ctx, cfg.Listen)
+	if err != nil {
+		return 1, err
+	}
+	defer stopLocal()
+	if cfg.OnListen != nil {
+		cfg.OnListen(addr.String())
+	}
+	r := &runner{cfg: cfg, client: client, local: local, host: agenthost.NewClient(cfg.HostAddr), localAddr: addr.String(),
+		localGit: LocalGit(cfg.GitPath, cfg.Stderr), modelProxy: model, sparesDone: make(chan struct{})}
+	r.git = HostGit(r.host)
+	if cfg.ServeOnly {
+		r.prepareVolume(ctx)
+		<-ctx.Done()
+		return 0, nil
+	}
 	if err := retry(ctx, "get task", func() error {
 		var err error
 		r.task, err = client.Task(ctx)
@@ -134,21 +192,10 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	}); err != nil {
 		return 1, err
 	}
+	local.SetBranch(r.task.Branch)
 	if r.adapter, err = agent.Get(r.task.Agent.Type); err != nil {
 		return 1, err
 	}
-	gitDir, err := r.git.Run(ctx, cfg.Workdir, "rev-parse", "--absolute-git-dir")
-	if err != nil {
-		return 1, fmt.Errorf("the workdir is not a prepared checkout: %w", err)
-	}
-	r.stateDir = filepath.Join(workspace.StateDir(gitDir), "agent")
-	if err := os.MkdirAll(r.stateDir, 0o755); err != nil {
-		return 1, fmt.Errorf("create agent state dir: %w", err)
-	}
-	if branch, _ := r.git.Run(ctx, cfg.Workdir, "symbolic-ref", "--quiet", "--short", "HEAD"); branch != r.task.Branch {
-		return 1, fmt.Errorf("the checkout is on %q, not on the session's branch %q; run prepare first", branch, r.task.Branch)
-	}
-	r.sessionID, r.pr = r.task.AgentSessionID, r.task.PullRequest
 	r.rep = newReporter(client, r.task, cfg.Debounce, cfg.Heartbeat, cfg.Stderr)
 	repCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
 	repDone := make(chan struct{})
@@ -162,7 +209,103 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		stopReports()
 		<-repDone
 	}()
-	return r.loop(ctx)
+	if err := r.prepareVolume(ctx); err != nil {
+		r.rep.setActivity(agentsv1alpha1.ActivityExited, "", err.Error(), ptrInt32(1))
+		<-ctx.Done()
+		return 1, err
+	}
+	code, err := r.start(ctx)
+	switch {
+	case ctx.Err() != nil:
+		// Stopped while starting: a stop, not a failure to start.
+		code, err = r.stopped()
+	case err == nil:
+		code, err = r.loop(ctx)
+	}
+	// The agent's container ends with the runner's verdict (the pod's phase says it).
+	exitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	_ = r.host.Exit(exitCtx, code)
+	cancel()
+	return code, err
+}
+
+// prepareVolume makes what the checkout step needs, then lets it go on (or fail with why).
+func (r *runner) prepareVolume(ctx context.Context) error {
+	if r.cfg.Volume == nil {
+		r.local.SetReady(workspace.VolumeResult{}, nil)
+		return nil
+	}
+	v := *r.cfg.Volume
+	v.Remote = LocalGitURL(r.localAddr, r.repository())
+	res, err := workspace.PrepareVolume(ctx, r.localGit, v)
+	if err != nil {
+		err = fmt.Errorf("prepare the volume: %w", err)
+		r.notef("%v", err)
+	} else if res.Claimed {
+		r.notef("moved a spare checkout to %s", v.Checkout)
+	}
+	r.local.SetReady(res, err)
+	return err
+}
+
+func (r *runner) repository() string {
+	if r.task != nil {
+		return r.task.Repository
+	}
+	return ""
+}
+
+// start waits for the checkout step's result (reported as prepare's) and for the agent's
+// container, then finds the checkout's state dir through it.
+func (r *runner) start(ctx context.Context) (int, error) {
+	select {
+	case res := <-r.local.Prepared():
+		r.reportPrepared(res)
+	case <-ctx.Done():
+		return r.stopped()
+	case <-r.hostReady(ctx):
+	}
+	if err := r.host.WaitReady(ctx); err != nil {
+		if ctx.Err() != nil {
+			return r.stopped()
+		}
+		return 1, err
+	}
+	gitDir, err := r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "--absolute-git-dir")
+	if err != nil {
+		return 1, fmt.Errorf("the workdir is not a prepared checkout: %w", err)
+	}
+	r.agentStateDir = filepath.Join(workspace.StateDir(gitDir), "agent")
+	if _, err := r.host.Dir(ctx, r.agentStateDir); err != nil {
+		return 1, fmt.Errorf("create agent state dir: %w", err)
+	}
+	if branch, _ := r.git.Run(ctx, r.cfg.Workdir, "symbolic-ref", "--quiet", "--short", "HEAD"); branch != r.task.Branch {
+		return 1, fmt.Errorf("the checkout is on %q, not on the session's branch %q; run prepare first", branch, r.task.Branch)
+	}
+	r.sessionID, r.pr = r.task.AgentSessionID, r.task.PullRequest
+	return 0, nil
+}
+
+// hostReady is closed once the agent's host answers: a pod restored after the checkout step ran
+// (it does not post again) goes on without the result.
+func (r *runner) hostReady(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		if r.host.WaitReady(ctx) == nil {
+			close(ch)
+		}
+	}()
+	return ch
+}
+
+// reportPrepared reports the checkout step's result, as the runner's own report.
+func (r *runner) reportPrepared(res workspace.Result) {
+	r.rep.update(func() {
+		r.rep.workspace = workspaceReport(res.Facts, res.Path)
+		r.rep.workspace.Restored = res.Restored
+		r.rep.workspace.Setup = &runnerapi.SetupReport{State: res.Setup.State, FailedCommand: res.Setup.FailedCommand,
+			Error: agent.Truncate(res.Setup.Error, 4096)}
+	})
 }
 
 // fillSpares tops up the Project's spare worktrees in the background, once per runner: after the
@@ -180,7 +323,9 @@ func (r *runner) fillSpares(ctx context.Context) {
 		go func() {
 			defer close(r.sparesDone)
 			start := time.Now()
-			made, err := workspace.FillSpares(fillCtx, r.git, *r.cfg.Spares)
+			spares := *r.cfg.Spares
+			spares.Remote = LocalGitURL(r.localAddr, r.repository())
+			made, err := workspace.FillSpares(fillCtx, r.localGit, spares)
 			switch {
 			case err != nil:
 				r.notef("spare worktrees: %v (made %d)", err, made)
@@ -215,7 +360,7 @@ func (r *runner) restored() bool {
 		return false
 	}
 	// Aider's conversation is its chat history in the state dir.
-	entries, _ := os.ReadDir(r.stateDir)
+	entries, _ := r.host.Dir(context.Background(), r.agentStateDir)
 	return len(entries) > 0
 }
 
@@ -328,7 +473,8 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	}
 	spec, err := r.adapter.Command(agent.Turn{
 		Prompt: prompt, Resume: resume, SessionID: r.sessionID, Model: r.task.Agent.Model,
-		Permission: r.task.Agent.PermissionMode, ExtraArgs: r.task.Agent.ExtraArgs, Workdir: r.cfg.Workdir, StateDir: r.stateDir,
+		Permission: r.task.Agent.PermissionMode, ExtraArgs: r.task.Agent.ExtraArgs, Workdir: r.cfg.Workdir, StateDir: r.agentStateDir,
+		ModelAPI: r.modelEndpoint(),
 	})
 	if err != nil {
 		return 1, true, err
@@ -336,23 +482,20 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	headBefore, _ := r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "HEAD")
 	r.rep.setActivity(agentsv1alpha1.ActivityActive, "", "", nil)
 
-	cmd := exec.Command(spec.Name, spec.Args...)
-	cmd.Dir = r.cfg.Workdir
-	cmd.Env = append(agentEnv(), spec.Env...)
-	if spec.Stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.Stdin)
-	}
-	// Its own process group, so a stop reaches the tools the agent started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
+	// The spares are made while the agent works (the first turn's start is the moment: from
+	// then on the fill delays nobody); a stop right now still leaves whole spares behind.
+	r.fillSpares(ctx)
+	// The turn runs in the agent's container, as the agent; cancelling ctx (a stop) makes the
+	// host send SIGTERM to its process group, SIGKILL after the stop grace.
+	proc, err := r.host.Start(ctx, agenthost.ExecRequest{
+		Args: append([]string{spec.Name}, spec.Args...), Dir: r.cfg.Workdir, Env: spec.Env,
+		Stdin: []byte(spec.Stdin), Grace: r.cfg.StopGrace,
+	})
 	if err != nil {
-		return 1, true, fmt.Errorf("agent stdout: %w", err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return 1, true, fmt.Errorf("agent stderr: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
+		if ctx.Err() != nil {
+			code, err := r.stopped()
+			return code, true, err
+		}
 		msg := fmt.Sprintf("could not start %s: %v", spec.Name, err)
 		r.rep.setActivity(agentsv1alpha1.ActivityExited, "", msg, ptrInt32(127))
 		return 127, true, errors.New(msg)
@@ -360,20 +503,6 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	if started != nil {
 		started()
 	}
-	r.fillSpares(ctx)
-	stopWatch := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-stopWatch:
-			case <-time.After(r.cfg.StopGrace):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			}
-		case <-stopWatch:
-		}
-	}()
 
 	tail := &workspace.Tail{Max: 20}
 	st := &turnState{}
@@ -382,9 +511,9 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _ = io.Copy(io.MultiWriter(r.cfg.Stderr, tail), stderr)
+		_, _ = io.Copy(io.MultiWriter(r.cfg.Stderr, tail), proc.Stderr)
 	}()
-	br := bufio.NewReaderSize(stdout, 64<<10)
+	br := bufio.NewReaderSize(proc.Stdout, 64<<10)
 	for {
 		line, err := agent.ReadLine(br)
 		if len(line) > 0 || err == nil {
@@ -399,21 +528,22 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 		}
 	}
 	wg.Wait()
-	waitErr := cmd.Wait()
-	close(stopWatch)
+	exit, waitErr := proc.Wait()
 	for _, ev := range parser.Finish() {
 		r.handle(ev, st)
 	}
-	exit := 0
-	if waitErr != nil {
-		var ee *exec.ExitError
-		if !errors.As(waitErr, &ee) {
-			return 1, true, fmt.Errorf("wait for agent: %w", waitErr)
-		}
-		exit = ee.ExitCode()
-		if exit < 0 {
-			exit = 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
-		}
+	var startErr *agenthost.StartError
+	switch {
+	case errors.As(waitErr, &startErr):
+		msg := fmt.Sprintf("could not start %s: %s", spec.Name, startErr.Msg)
+		r.rep.setActivity(agentsv1alpha1.ActivityExited, "", msg, ptrInt32(127))
+		return 127, true, errors.New(msg)
+	case proc.Stopped() || ctx.Err() != nil:
+		// The pod is going away: the agent was stopped, it did not crash.
+		code, err := r.stopped()
+		return code, true, err
+	case waitErr != nil:
+		return 1, true, fmt.Errorf("wait for agent: %w", waitErr)
 	}
 	r.turns++
 	r.rep.update(func() {
@@ -423,10 +553,6 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 			r.rep.summary = agent.Truncate(st.result.Text, 4096)
 		}
 	})
-	if ctx.Err() != nil {
-		code, err := r.stopped()
-		return code, true, err
-	}
 	pubErr := r.publish(ctx, headBefore, st)
 	if exit != 0 {
 		msg := fmt.Sprintf("agent exited with code %d", exit)
@@ -438,6 +564,8 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 		return exit, true, nil
 	}
 	switch {
+	case r.budgetSpent() != "":
+		r.rep.setActivity(agentsv1alpha1.ActivityBlocked, "", r.budgetSpent(), nil)
 	case st.question != "":
 		r.rep.setActivity(agentsv1alpha1.ActivityWaitingForInput, st.question, "", nil)
 	case pubErr != nil:
@@ -489,7 +617,7 @@ func (r *runner) handle(ev agent.Event, st *turnState) {
 				id = r.sessionID
 			}
 			var err error
-			if u, err = newConversationTotals(r.stateDir).share(id, u); err != nil {
+			if u, err = newConversationTotals(r.cfg.StateDir).share(id, u); err != nil {
 				r.notef("recording the conversation's usage totals failed: %v", err)
 			}
 		}
@@ -531,7 +659,7 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 		if facts.Head == headBefore {
 			r.notef("%d commit(s) from an earlier turn are not pushed yet; pushing them now", facts.Unpushed)
 		}
-		if _, err := r.git.Run(ctx, r.cfg.Workdir, "push", "--porcelain", "origin", "HEAD:refs/heads/"+r.task.Branch); err != nil {
+		if err := r.push(ctx); err != nil {
 			st.errors = append(st.errors, "push failed: "+err.Error())
 			return fmt.Errorf("push failed: %w", err)
 		}
@@ -600,15 +728,17 @@ func prBody(t *runnerapi.Task, summary string) string {
 	return agent.Truncate(b.String(), 65536)
 }
 
-// agentEnv is the runner's environment without its own settings.
-func agentEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SHEPHERD_") {
-			env = append(env, kv)
-		}
+// push pushes the checkout's HEAD to the session's branch through the runner's git endpoint
+// (origin is set to it again first: the agent may have changed it, which would only lose its
+// own push), so origin's remote-tracking branch moves and the unpushed count with it.
+func (r *runner) push(ctx context.Context) error {
+	origin := LocalGitURL(r.localAddr, r.repository())
+	if _, err := r.git.Run(ctx, r.cfg.Workdir, "config", "remote.origin.url", origin); err != nil {
+		return err
 	}
-	return env
+	_, _ = r.git.Run(ctx, r.cfg.Workdir, "config", "--unset-all", "remote.origin.pushurl")
+	_, err := r.git.Run(ctx, r.cfg.Workdir, "push", "--porcelain", "origin", "HEAD:refs/heads/"+r.task.Branch)
+	return err
 }
 
 func ptrInt32(v int32) *int32 { return &v }

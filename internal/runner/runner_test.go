@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"net/url"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +24,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/all"
+	"github.com/shepherd-dev/shepherd/internal/agenthost"
 	"github.com/shepherd-dev/shepherd/internal/runner"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi/runnerapitest"
@@ -96,13 +101,27 @@ type harness struct {
 	env      *runnerapitest.Env
 	session  types.NamespacedName
 	state    string
+	root     string
 	checkout string
+	mode     agentsv1alpha1.WorkspaceMode
 	branch   string
 	stdout   *syncBuffer
 	stderr   *syncBuffer
 	cancel   context.CancelFunc
 	done     chan result
 	spares   *workspace.Spares
+	// host is the agent container's host, served in this process: it runs the fake CLIs as the
+	// pod's agent container would. ready says the checkout step finished (a pod starts its agent
+	// container only then).
+	host     *agenthost.Server
+	hostAddr string
+	ready    atomic.Bool
+	// setup and shared are the Project's, for every pod's checkout step.
+	setup  []agentsv1alpha1.SetupCommand
+	shared []string
+	// localAddr is the runner's local server of the current pod.
+	localAddr string
+	prepared  *workspace.Result
 }
 
 type result struct {
@@ -137,12 +156,13 @@ type options struct {
 	spares int
 }
 
-// newHarness starts a git server that requires credentials, the real channel handler with an
-// in-memory backend, and prepares the checkout through the runner's credential helper.
+// newHarness starts a git server that requires credentials only the manager has, the real
+// channel handler with an in-memory backend, and the agent container's host. Each start() is a
+// pod: the runner, the checkout step through the runner's git endpoint, then the agent.
 func newHarness(t *testing.T, o options) *harness {
 	t.Helper()
 	g := NewWithT(t)
-	h := &harness{t: t, session: types.NamespacedName{Namespace: "team-a", Name: "fix-widgets"}, branch: o.branch,
+	h := &harness{t: t, session: types.NamespacedName{Namespace: "team-a", Name: "fix-widgets"}, branch: o.branch, mode: o.mode,
 		stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	var err error
 	h.srv, err = gitserver.New(t.TempDir())
@@ -156,8 +176,7 @@ func newHarness(t *testing.T, o options) *harness {
 	h.env, err = runnerapitest.Start(h.session, t.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(h.env.Close)
-	u, _ := url.Parse(h.srv.URL(repo))
-	h.env.Backend.SetCredentials(u.Host, runnerapi.Credentials{Username: user, Password: password, ExpiresAt: time.Now().Add(time.Hour)})
+	h.env.Backend.SetGitRemote(h.srv.URL(repo), http.Header{"Authorization": {basicAuth(user, password)}})
 	h.env.Backend.SetTask(h.session, runnerapi.Task{
 		Agent:  runnerapi.AgentConfig{Type: o.agent, PermissionMode: agentsv1alpha1.PermissionBypass},
 		Prompt: o.prompt, Title: "Fix the widgets", Issue: &runnerapi.Issue{ID: "42"},
@@ -175,41 +194,98 @@ func newHarness(t *testing.T, o options) *harness {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
+	t.Setenv("HOME", t.TempDir())
 
-	root := t.TempDir()
-	wo := workspace.Options{Mode: o.mode, RemoteURL: h.srv.URL(repo), Branch: o.branch, Base: "main",
-		MirrorPath: filepath.Join(root, "mirror.git")}
+	h.root = t.TempDir()
 	if o.mode == agentsv1alpha1.WorkspaceWorktree {
-		wo.Path = filepath.Join(root, "worktrees", "wt-1")
+		h.checkout = filepath.Join(h.root, "worktrees", "wt-1")
 	} else {
-		wo.Path = filepath.Join(root, "checkout", "repo")
-		wo.MirrorPath = ""
+		h.checkout = filepath.Join(h.root, "checkout")
 	}
-	h.checkout = wo.Path
 	if o.spares > 0 {
-		h.spares = &workspace.Spares{Mirror: wo.MirrorPath, Dir: workspace.SpareDir(wo.Path), Base: "main", Count: o.spares}
+		h.spares = &workspace.Spares{Mirror: h.mirror(), Dir: workspace.SpareDir(h.checkout), Base: "main", Count: o.spares}
 	}
-	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: wo, Channel: h.channel(), Self: runnerBin})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(res.Facts.Branch).To(Equal(o.branch))
-	g.Expect(h.env.Backend.CredentialRequests()).To(BeNumerically(">", 0), "git authenticated through the runner's credential helper")
+	h.startHost()
 	return h
+}
+
+func basicAuth(u, p string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(u+":"+p))
+}
+
+func (h *harness) mirror() string {
+	if h.mode == agentsv1alpha1.WorkspaceWorktree {
+		return filepath.Join(h.root, "mirror.git")
+	}
+	return ""
+}
+
+// startHost serves the agent container's host on a port of its own for the whole test.
+func (h *harness) startHost() {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	NewWithT(h.t).Expect(err).NotTo(HaveOccurred())
+	h.hostAddr = l.Addr().String()
+	h.host = agenthost.NewServer()
+	h.host.Ready = func() error {
+		if !h.ready.Load() {
+			return errors.New("the checkout step has not finished")
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = h.host.Serve(ctx, l) }()
+	h.t.Cleanup(cancel)
+}
+
+func (h *harness) volume() *workspace.Volume {
+	v := &workspace.Volume{Mode: h.mode, Checkout: h.checkout, Dirs: []string{filepath.Join(h.root, "homes", "fix-widgets")}}
+	if h.mode == agentsv1alpha1.WorkspaceWorktree {
+		v.Mirror, v.Spares = h.mirror(), workspace.SpareDir(h.checkout)
+	}
+	return v
+}
+
+// workspaceOptions are the checkout step's options in the current pod.
+func (h *harness) workspaceOptions() workspace.Options {
+	o := workspace.Options{Mode: h.mode, Path: h.checkout, MirrorPath: h.mirror(), RemoteURL: runner.LocalGitURL(h.localAddr, h.srv.URL(repo)),
+		Branch: h.branch, Base: "main", Setup: h.setup}
+	if len(h.shared) > 0 {
+		o.SharedPaths, o.SharedDir = h.shared, filepath.Join(h.root, "shared")
+	}
+	return o
+}
+
+// start runs a pod: the runner (whose startup makes the volume ready), the checkout step once
+// the runner's startup probe would pass, and the agent container (the host, ready from then on).
+func (h *harness) start() {
+	h.startRunner()
+	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: h.workspaceOptions(), RunnerAddr: h.localAddr})
+	NewWithT(h.t).Expect(err).NotTo(HaveOccurred())
+	NewWithT(h.t).Expect(res.Facts.Branch).To(Equal(h.branch))
+	h.prepared = res
+	h.ready.Store(true)
+}
+
+// startRunner starts the runner's container alone, until its startup is over.
+func (h *harness) startRunner() {
+	h.ready.Store(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan result, 1)
+	addr := make(chan string, 1)
+	go func() {
+		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Listen: "127.0.0.1:0", HostAddr: h.hostAddr,
+			Volume: h.volume(), StateDir: filepath.Join(h.root, "runner", "fix-widgets"),
+			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
+			Stdout: h.stdout, Stderr: h.stderr, Spares: h.spares, OnListen: func(a string) { addr <- a }})
+		h.done <- result{code, err}
+	}()
+	h.localAddr = <-addr
+	NewWithT(h.t).Expect(runner.WaitLocal(context.Background(), h.localAddr)).Error().NotTo(HaveOccurred())
+	h.t.Cleanup(cancel)
 }
 
 func (h *harness) channel() runner.Channel {
 	return runner.Channel{ManagerURL: h.env.URL(), TokenFile: h.env.TokenFile}
-}
-
-func (h *harness) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan result, 1)
-	go func() {
-		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Self: runnerBin,
-			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
-			Stdout: h.stdout, Stderr: h.stderr, Spares: h.spares})
-		h.done <- result{code, err}
-	}()
-	h.t.Cleanup(cancel)
 }
 
 func (h *harness) wait() result {
@@ -378,18 +454,20 @@ func TestRunnerMakesSpares(t *testing.T) {
 	h.cancel()
 	g.Expect(h.wait().code).To(Equal(0))
 	ready, _ := filepath.Glob(filepath.Join(h.spares.Dir, "spare-*.ready"))
-	g.Expect(ready).To(HaveLen(2), "runner output:\n%s", h.stderr.String())
+	g.Expect(ready).To(HaveLen(2), "runner output:\n%s\nstdout:\n%s\nstates %v", h.stderr.String(), h.stdout.String(), h.env.Backend.States(h.session))
 	dirs, _ := filepath.Glob(filepath.Join(h.spares.Dir, "spare-*"))
 	g.Expect(dirs).To(HaveLen(4), "each spare whole: its directory and its marker, nothing half-made")
 	g.Expect(h.stderr.String()).To(ContainSubstring("made 2 spare worktree(s)"))
 
-	// The next session's prepare claims one.
-	o := workspace.Options{Mode: agentsv1alpha1.WorkspaceWorktree, RemoteURL: h.srv.URL(repo), Branch: "shepherd/next", Base: "main",
-		MirrorPath: h.spares.Mirror, Path: filepath.Join(filepath.Dir(h.checkout), "wt-2")}
-	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: o, Channel: h.channel(), Self: runnerBin})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(res.Spare).To(BeTrue())
-	g.Expect(res.Facts.Branch).To(Equal("shepherd/next"))
+	// The next session's pod: its runner moves a spare to the new checkout, prepare claims it.
+	h.checkout, h.branch = filepath.Join(filepath.Dir(h.checkout), "wt-2"), "shepherd/next"
+	h.env.Backend.SetTask(h.session, runnerapi.Task{Agent: runnerapi.AgentConfig{Type: agentsv1alpha1.AgentClaudeCode},
+		Prompt: "Next", Repository: h.srv.URL(repo), Branch: h.branch, BaseBranch: "main"})
+	h.start()
+	g.Expect(h.prepared.Spare).To(BeTrue())
+	g.Expect(h.prepared.Facts.Branch).To(Equal("shepherd/next"))
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
 }
 
 func TestCrashReportsExitCodeAndLastLines(t *testing.T) {
@@ -435,13 +513,12 @@ func TestFailedPublishIsRetried(t *testing.T) {
 	g := NewWithT(t)
 	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/republish",
 		prompt: "Fix the widgets", sc: scenario{Turns: []turn{
-			{Steps: []map[string]any{write("hello.txt", "hello\n"), commit("Add hello")}, Result: "Added hello.txt."},
+			{Steps: []map[string]any{{"sleep": "1s"}, write("hello.txt", "hello\n"), commit("Add hello")}, Result: "Added hello.txt."},
 		}}})
-	u, err := url.Parse(h.srv.URL(repo))
-	g.Expect(err).NotTo(HaveOccurred())
 	be, s := h.env.Backend, h.session
-	be.SetCredentials(u.Host, runnerapi.Credentials{Username: user, Password: "revoked", ExpiresAt: time.Now().Add(time.Hour)})
 	h.start()
+	// The checkout is made; the forge's credential is revoked before the agent pushes.
+	be.SetGitRemote(h.srv.URL(repo), http.Header{"Authorization": {basicAuth(user, "revoked")}})
 
 	g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).WithTimeout(30 * time.Second).
 		Should(And(HaveField("State", agentsv1alpha1.ActivityBlocked),
@@ -449,7 +526,7 @@ func TestFailedPublishIsRetried(t *testing.T) {
 	g.Expect(be.PullRequests(s)).To(BeEmpty())
 	g.Expect(h.srv.Ref(repo, "refs/heads/shepherd/republish")).To(BeEmpty(), "nothing was pushed")
 
-	be.SetCredentials(u.Host, runnerapi.Credentials{Username: user, Password: password, ExpiresAt: time.Now().Add(time.Hour)})
+	be.SetGitRemote(h.srv.URL(repo), http.Header{"Authorization": {basicAuth(user, password)}})
 	g.Eventually(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(30 * time.Second).Should(HaveLen(1))
 	g.Expect(h.srv.Ref(repo, "refs/heads/shepherd/republish")).To(Equal(be.PullRequests(s)[0].Head))
 	g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).Should(HaveField("State", agentsv1alpha1.ActivityReady))
@@ -513,47 +590,94 @@ func TestRestoreResumesTheConversation(t *testing.T) {
 
 func TestPrepareReportsFailedSetupAndResult(t *testing.T) {
 	g := NewWithT(t)
-	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/setup", prompt: "x"})
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/setup", prompt: "x",
+		sc: scenario{Turns: []turn{{Steps: []map[string]any{{"ask": "Which widgets?"}}}}}})
 	cmds, err := runner.ParseSetup(`[{"name":"deps","command":["sh","-c","echo no registry >&2; exit 7"],"timeout":"30s"}]`)
 	g.Expect(err).NotTo(HaveOccurred())
+	h.setup = cmds
+	h.startRunner()
 	resultFile := filepath.Join(t.TempDir(), "termination-log")
-	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{
-		Workspace: workspace.Options{Mode: agentsv1alpha1.WorkspaceWorktree, Path: h.checkout, MirrorPath: filepath.Join(filepath.Dir(filepath.Dir(h.checkout)), "mirror.git"),
-			RemoteURL: h.srv.URL(repo), Branch: "shepherd/setup", Base: "main", Setup: cmds},
-		Channel: h.channel(), Self: runnerBin, ResultFile: resultFile,
-	})
+	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: h.workspaceOptions(), RunnerAddr: h.localAddr, ResultFile: resultFile})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(res.Restored).To(BeTrue())
+	h.ready.Store(true)
+	g.Expect(res.Restored).To(BeFalse())
+	g.Expect(res.FullFetch).To(BeTrue(), "the runner made the mirror: the whole repository was fetched")
 	g.Expect(res.Setup.State).To(Equal(agentsv1alpha1.SetupFailed))
 	raw, err := os.ReadFile(resultFile)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(raw)).To(ContainSubstring(`"failedCommand":"deps"`))
-	reps := h.env.Backend.Reports(h.session)
-	g.Expect(reps).NotTo(BeEmpty())
-	last := reps[len(reps)-1].Workspace
-	g.Expect(last.Setup).To(Equal(&runnerapi.SetupReport{State: agentsv1alpha1.SetupFailed, FailedCommand: "deps", Error: res.Setup.Error}))
-	g.Expect(last.Restored).To(BeTrue())
+	// The runner reports the checkout step's result as its own.
+	g.Eventually(func() *runnerapi.WorkspaceReport {
+		for _, r := range h.env.Backend.Reports(h.session) {
+			if r.Workspace != nil && r.Workspace.Setup != nil {
+				return r.Workspace
+			}
+		}
+		return nil
+	}).WithTimeout(30 * time.Second).Should(HaveField("Setup", Equal(&runnerapi.SetupReport{State: agentsv1alpha1.SetupFailed, FailedCommand: "deps", Error: res.Setup.Error})))
+	h.cancel()
+	g.Expect(h.wait()).To(Equal(result{code: 0}))
 
 	_, err = runner.ParseSetup(`{"not":"a list"}`)
 	g.Expect(err).To(HaveOccurred())
 }
 
-func TestCredentialHelperProtocol(t *testing.T) {
+// TestAgentPushesOnlyItsOwnBranch: an agent steered to push elsewhere (the default branch,
+// another session's branch, a tag, a deletion of its branch) is refused by the runner's git
+// endpoint; its own branch goes through, and no credential is anywhere the agent can read.
+func TestAgentPushesOnlyItsOwnBranch(t *testing.T) {
 	g := NewWithT(t)
-	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/cred", prompt: "x"})
-	u, _ := url.Parse(h.srv.URL(repo))
-	var out bytes.Buffer
-	err := runner.Credential(context.Background(), "get", strings.NewReader("protocol=http\nhost="+u.Host+"\npath=acme/widgets.git\n\n"), &out, h.channel())
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(out.String()).To(HavePrefix("username=" + user + "\npassword=" + password + "\npassword_expiry_utc="))
+	push := func(refspec string) map[string]any {
+		return map[string]any{"run": []string{"git", "push", "--porcelain", "origin", refspec}}
+	}
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/own", prompt: "x",
+		sc: scenario{Turns: []turn{{Steps: []map[string]any{
+			write("evil.txt", "evil\n"), commit("Evil"),
+			push("HEAD:refs/heads/main"), push("HEAD:refs/heads/shepherd/other"), push("HEAD:refs/tags/v9"),
+			push("HEAD:refs/heads/shepherd/own"), push(":refs/heads/shepherd/own"),
+			{"run": []string{"git", "config", "--get-regexp", "."}},
+		}, Result: "Tried."}}}})
+	mainBefore := h.srv.Ref(repo, "refs/heads/main")
+	h.start()
+	g.Eventually(func() *runnerapi.ActivityReport { return h.env.Backend.Activity(h.session) }).WithTimeout(30 * time.Second).
+		Should(HaveField("State", agentsv1alpha1.ActivityReady))
+	runs := h.runs()
+	g.Expect(runs).To(HaveLen(6))
+	for i, refused := range []bool{true, true, true, false, true} {
+		if refused {
+			g.Expect(runs[i].Exit).NotTo(BeZero(), "%v", runs[i].Args)
+			g.Expect(runs[i].Output).To(ContainSubstring("shepherd: "), "%v", runs[i].Args)
+		} else {
+			g.Expect(runs[i].Exit).To(BeZero(), "%v: %s", runs[i].Args, runs[i].Output)
+		}
+	}
+	g.Expect(h.srv.Ref(repo, "refs/heads/main")).To(Equal(mainBefore))
+	g.Expect(h.srv.Ref(repo, "refs/heads/shepherd/other")).To(BeEmpty())
+	g.Expect(h.srv.Ref(repo, "refs/tags/v9")).To(BeEmpty())
+	g.Expect(h.srv.Ref(repo, "refs/heads/shepherd/own")).NotTo(BeEmpty(), "its own branch was pushed, and not deleted")
+	g.Expect(runs[5].Output).NotTo(ContainSubstring(password), "the checkout's config holds no credential")
+	g.Expect(runs[5].Output).To(ContainSubstring("remote.origin.url http://127.0.0.1:"), "origin is the runner's endpoint")
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+}
 
-	out.Reset()
-	err = runner.Credential(context.Background(), "get", strings.NewReader("protocol=https\nhost=evil.example\n\n"), &out, h.channel())
-	g.Expect(err).To(MatchError(ContainSubstring("403")))
-	g.Expect(out.String()).To(BeEmpty())
+// runs are the fake agent's Run steps, in order.
+func (h *harness) runs() []fakeRun {
+	raw, _ := os.ReadFile(filepath.Join(h.state, "runs.jsonl"))
+	var out []fakeRun
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var r fakeRun
+		if json.Unmarshal([]byte(line), &r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
-	g.Expect(runner.Credential(context.Background(), "store", strings.NewReader("protocol=https\nhost=x\nusername=u\npassword=p\n\n"), &out, h.channel())).To(Succeed())
-	g.Expect(out.String()).To(BeEmpty(), "store and erase keep nothing")
+type fakeRun struct {
+	Args   []string `json:"args"`
+	Exit   int      `json:"exit"`
+	Output string   `json:"output"`
 }
 
 // TestSharedPathsThroughThePrepareBinary: the runner binary's prepare links the shared paths from
@@ -566,14 +690,16 @@ func TestSharedPathsThroughThePrepareBinary(t *testing.T) {
 			h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: mode, branch: "shepherd/shared", prompt: "x", sc: scenario{Turns: []turn{
 				{Steps: []map[string]any{write("feature.txt", "feature\n"), commit("Add feature")}, Result: "Added feature.txt."},
 			}}})
-			shared := filepath.Join(t.TempDir(), "shared")
+			shared := filepath.Join(h.root, "shared")
+			h.shared = []string{"node_modules"} // the runner makes the cache's directory
+			h.startRunner()
 			prepare := func(env []string, flags ...string) {
 				t.Helper()
-				args := []string{"prepare", "--mode=" + string(mode), "--path=" + h.checkout, "--remote-url=" + h.srv.URL(repo),
-					"--branch=shepherd/shared", "--manager-url=" + h.env.URL(), "--token-file=" + h.env.TokenFile,
+				args := []string{"prepare", "--mode=" + string(mode), "--path=" + h.checkout, "--remote-url=" + runner.LocalGitURL(h.localAddr, h.srv.URL(repo)),
+					"--branch=shepherd/shared", "--runner-addr=" + h.localAddr,
 					`--setup=[{"name":"install","command":["sh","-c","echo dep > node_modules/dep"]}]`}
 				if mode == agentsv1alpha1.WorkspaceWorktree {
-					args = append(args, "--mirror="+filepath.Join(filepath.Dir(filepath.Dir(h.checkout)), "mirror.git"))
+					args = append(args, "--mirror="+h.mirror())
 				}
 				cmd := exec.Command(runnerBin, append(args, flags...)...)
 				cmd.Env = append(os.Environ(), env...)
@@ -589,7 +715,7 @@ func TestSharedPathsThroughThePrepareBinary(t *testing.T) {
 			prepare([]string{"SHEPHERD_SHARED_PATHS=node_modules,dist", "SHEPHERD_SHARED_DIR=" + shared})
 			g.Expect(os.Readlink(filepath.Join(h.checkout, "dist"))).To(Equal(filepath.Join(shared, "dist")))
 
-			h.start()
+			h.ready.Store(true) // the agent container starts
 			be, s := h.env.Backend, h.session
 			g.Eventually(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(30 * time.Second).Should(HaveLen(1))
 			pushed, err := exec.Command("git", "-C", h.srv.Path(repo), "ls-tree", "-r", "--name-only", "refs/heads/shepherd/shared").Output()

@@ -2,10 +2,12 @@ package runnerapi_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,6 +29,7 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi/runnerapitest"
+	"github.com/shepherd-dev/shepherd/test/gitserver"
 )
 
 var (
@@ -58,7 +61,7 @@ var _ = AfterSuite(func() {
 	}
 })
 
-const serviceAccount = "shepherd-agent"
+var serviceAccount = runnerapi.DefaultPodNames.ServiceAccount("widgets")
 
 type channel struct {
 	ns      string
@@ -90,20 +93,32 @@ func (c *channel) session(name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: c.ns, Name: name}
 }
 
-// pod creates an agent pod of session (no label when session is ""). It stays Pending: envtest
-// has no scheduler, which the channel does not need.
-func (c *channel) pod(ctx context.Context, name, session string) *corev1.Pod {
+// pod creates the agent pod of session, as the controllers make it: named after the session,
+// labelled, running as the Project's agent service account, and controlled by the session. It
+// stays Pending: envtest has no scheduler, which the channel does not need.
+func (c *channel) pod(ctx context.Context, session string) *corev1.Pod {
+	p := c.podObject(runnerapi.DefaultPodNames.AgentPod(session), map[string]string{agentsv1alpha1.LabelSession: session},
+		&metav1.OwnerReference{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentSession", Name: session, UID: types.UID("uid-of-" + session), Controller: ptr.To(true)})
+	c.backend.SetTask(c.session(session), runnerapi.Task{Prompt: "task of " + session, Branch: "shepherd/" + session, BaseBranch: "main",
+		Agent: runnerapi.AgentConfig{Type: agentsv1alpha1.AgentClaudeCode}})
+	Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	return p
+}
+
+// podObject is a pod with Shepherd's managed-by and project labels plus labels, and owner.
+func (c *channel) podObject(name string, labels map[string]string, owner *metav1.OwnerReference) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name, Labels: map[string]string{}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name, Labels: map[string]string{
+			agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByValue, agentsv1alpha1.LabelProject: "widgets"}},
 		Spec: corev1.PodSpec{ServiceAccountName: serviceAccount, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "agent", Image: "example.invalid/agent:1"}}},
 	}
-	if session != "" {
-		p.Labels[agentsv1alpha1.LabelSession] = session
-		c.backend.SetTask(c.session(session), runnerapi.Task{Prompt: "task of " + session, Branch: "shepherd/" + session, BaseBranch: "main",
-			Agent: runnerapi.AgentConfig{Type: agentsv1alpha1.AgentClaudeCode}})
+	for k, v := range labels {
+		p.Labels[k] = v
 	}
-	Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	if owner != nil {
+		p.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
 	return p
 }
 
@@ -145,7 +160,7 @@ var _ = Describe("The runner channel", func() {
 	})
 
 	It("maps a pod-bound token to its own session and nothing else", func() {
-		podA, podB := ch.pod(ctx, "agent-a", "session-a"), ch.pod(ctx, "agent-b", "session-b")
+		podA, podB := ch.pod(ctx, "session-a"), ch.pod(ctx, "session-b")
 		a, b := ch.client(ch.token(ctx, podA, runnerapi.Audience)), ch.client(ch.token(ctx, podB, runnerapi.Audience))
 
 		task, err := a.Task(ctx)
@@ -165,7 +180,7 @@ var _ = Describe("The runner channel", func() {
 	})
 
 	It("refuses a token for another audience", func() {
-		pod := ch.pod(ctx, "agent-a", "session-a")
+		pod := ch.pod(ctx, "session-a")
 		_, err := ch.client(ch.token(ctx, pod, "https://kubernetes.default.svc")).Task(ctx)
 		expectStatus(err, http.StatusUnauthorized, "")
 		_, err = ch.client(ch.token(ctx, pod)).Task(ctx) // the API server's default audience
@@ -173,15 +188,67 @@ var _ = Describe("The runner channel", func() {
 	})
 
 	It("refuses a token bound to a pod that is not an agent pod, and one bound to no pod", func() {
-		other := ch.pod(ctx, "not-an-agent", "")
+		other := ch.podObject("not-an-agent", nil, nil)
+		Expect(k8sClient.Create(ctx, other)).To(Succeed())
 		_, err := ch.client(ch.token(ctx, other, runnerapi.Audience)).Task(ctx)
-		expectStatus(err, http.StatusForbidden, "is not an agent pod")
+		expectStatus(err, http.StatusForbidden, "no controller owner reference")
 		_, err = ch.client(ch.token(ctx, nil, runnerapi.Audience)).Task(ctx)
 		expectStatus(err, http.StatusUnauthorized, "not bound to a pod")
 	})
 
+	It("serves a pod only when it is the session's own: owner reference, name, labels and service account", func() {
+		owner := func(kind, name string) *metav1.OwnerReference {
+			return &metav1.OwnerReference{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: kind, Name: name, UID: "uid", Controller: ptr.To(true)}
+		}
+		session := map[string]string{agentsv1alpha1.LabelSession: "victim"}
+		for _, tc := range []struct {
+			name string
+			pod  *corev1.Pod
+			want string
+		}{
+			// Anyone who may create pods in the namespace can put the label on one.
+			{"the session's label and nothing else", ch.podObject("victim-agent", session, nil), "no controller owner reference"},
+			{"owned by something else", ch.podObject("victim-agent", session,
+				&metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "victim", UID: "uid", Controller: ptr.To(true)}), "not Shepherd's"},
+			{"owned by another session than its label says", ch.podObject("victim-agent", session, owner("AgentSession", "attacker")), "do not match"},
+			{"a name the controller would not give it", ch.podObject("lookalike", session, owner("AgentSession", "victim")), "do not match"},
+			{"no managed-by label", func() *corev1.Pod {
+				p := ch.podObject("victim-agent", session, owner("AgentSession", "victim"))
+				delete(p.Labels, agentsv1alpha1.LabelManagedBy)
+				return p
+			}(), "managed-by"},
+		} {
+			By(tc.name)
+			Expect(k8sClient.Create(ctx, tc.pod)).To(Succeed())
+			_, err := ch.client(ch.token(ctx, tc.pod, runnerapi.Audience)).Task(ctx)
+			expectStatus(err, http.StatusForbidden, tc.want)
+			Expect(k8sClient.Delete(ctx, tc.pod, client.GracePeriodSeconds(0))).To(Succeed())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tc.pod), &corev1.Pod{}))
+			}).Should(BeTrue())
+		}
+
+		By("another service account")
+		Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ch.ns, Name: "other"}})).To(Succeed())
+		p := ch.podObject("victim-agent", session, owner("AgentSession", "victim"))
+		p.Spec.ServiceAccountName = "other"
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		req := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{runnerapi.Audience}, ExpirationSeconds: ptr.To[int64](600),
+			BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}}
+		tr, err := clientset.CoreV1().ServiceAccounts(ch.ns).CreateToken(ctx, "other", req, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = ch.client(tr.Status.Token).Task(ctx)
+		expectStatus(err, http.StatusForbidden, "service account")
+
+		By("a checkout pod (its Worktree's) may use git only")
+		wtPod := ch.podObject(runnerapi.DefaultPodNames.CheckoutPod("feature"), map[string]string{agentsv1alpha1.LabelWorktree: "feature"}, owner("Worktree", "feature"))
+		Expect(k8sClient.Create(ctx, wtPod)).To(Succeed())
+		_, err = ch.client(ch.token(ctx, wtPod, runnerapi.Audience)).Task(ctx)
+		expectStatus(err, http.StatusForbidden, "may only use git")
+	})
+
 	It("refuses a token whose pod was deleted, or replaced by a pod of the same name", func() {
-		pod := ch.pod(ctx, "agent-a", "session-a")
+		pod := ch.pod(ctx, "session-a")
 		cl := ch.client(ch.token(ctx, pod, runnerapi.Audience))
 		_, err := cl.Task(ctx)
 		Expect(err).NotTo(HaveOccurred())
@@ -205,13 +272,13 @@ var _ = Describe("The runner channel", func() {
 		}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(MatchError(runnerapi.ErrUnauthenticated))
 
 		// A new pod with the same name does not inherit the old pod's tokens.
-		ch.pod(ctx, "agent-a", "session-a")
+		ch.pod(ctx, "session-a")
 		_, err = cl.Task(ctx)
 		expectStatus(err, http.StatusUnauthorized, "earlier pod of the same name")
 	})
 
 	It("asks the API server before refusing a pod its cache has not seen yet", func() {
-		pod := ch.pod(ctx, "agent-new", "session-new")
+		pod := ch.pod(ctx, "session-new")
 		token := ch.token(ctx, pod, runnerapi.Audience)
 		// A handler whose cache lags: it has not seen the pod (nor any pod).
 		lagging, err := runnerapi.NewHandler(runnerapi.HandlerOptions{
@@ -241,7 +308,7 @@ var _ = Describe("The runner channel", func() {
 	})
 
 	It("stops honouring a cached token once it expires", func() {
-		pod := ch.pod(ctx, "agent-a", "session-a")
+		pod := ch.pod(ctx, "session-a")
 		cl := ch.client(ch.token(ctx, pod, runnerapi.Audience))
 		_, err := cl.Task(ctx)
 		Expect(err).NotTo(HaveOccurred())
@@ -259,7 +326,7 @@ var _ = Describe("The runner channel", func() {
 	})
 
 	It("refuses replayed and malformed reports without changing anything", func() {
-		pod := ch.pod(ctx, "agent-a", "session-a")
+		pod := ch.pod(ctx, "session-a")
 		token := ch.token(ctx, pod, runnerapi.Audience)
 		cl := ch.client(token)
 		rep := runnerapi.Report{Sequence: 5, Activity: &runnerapi.ActivityReport{State: agentsv1alpha1.ActivityReady}}
@@ -295,7 +362,7 @@ var _ = Describe("The runner channel", func() {
 	})
 
 	It("long-polls messages and acknowledges each once", func() {
-		pod := ch.pod(ctx, "agent-a", "session-a")
+		pod := ch.pod(ctx, "session-a")
 		cl := ch.client(ch.token(ctx, pod, runnerapi.Audience))
 		msgs, err := cl.Pending(ctx, 0)
 		Expect(err).NotTo(HaveOccurred())
@@ -318,25 +385,45 @@ var _ = Describe("The runner channel", func() {
 		Expect(ch.backend.Acked(ch.session("session-a"))).To(Equal([]string{"m-1"}))
 	})
 
-	It("hands out credentials for the session's repository host only, never cached", func() {
-		pod := ch.pod(ctx, "agent-a", "session-a")
-		token := ch.token(ctx, pod, runnerapi.Audience)
-		cl := ch.client(token)
-		ch.backend.SetCredentials("git.example", runnerapi.Credentials{Username: "x-access-token", Password: "short-lived"})
-		c, err := cl.PushCredentials(ctx, runnerapi.CredentialRequest{Protocol: "https", Host: "git.example", Path: "acme/widgets.git"})
+	It("forwards git to the session's repository with credentials the pod never sees, pushes to its branch only", func() {
+		srv, err := gitserver.New(GinkgoT().TempDir())
 		Expect(err).NotTo(HaveOccurred())
-		Expect(c.Password).To(Equal("short-lived"))
-		_, err = cl.PushCredentials(ctx, runnerapi.CredentialRequest{Protocol: "https", Host: "evil.example"})
-		expectStatus(err, http.StatusForbidden, "no credentials for host")
-		_, err = cl.PushCredentials(ctx, runnerapi.CredentialRequest{Protocol: "ssh", Host: "git.example"})
-		expectStatus(err, http.StatusBadRequest, "http(s) hosts only")
+		head, err := srv.Seed("acme/widgets", "main", map[string]string{"README.md": "# widgets\n"})
+		Expect(err).NotTo(HaveOccurred())
+		srv.Username, srv.Password = "x-access-token", "forge-secret"
+		Expect(srv.Start("127.0.0.1:0")).To(Succeed())
+		DeferCleanup(srv.Close)
+		ch.backend.SetGitRemote(srv.URL("acme/widgets"), http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:forge-secret"))}})
 
-		req, _ := http.NewRequest(http.MethodPost, ch.server.URL+runnerapi.PathCredentials, strings.NewReader(`{"protocol":"https","host":"git.example"}`))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		pod := ch.pod(ctx, "session-a")
+		token := ch.token(ctx, pod, runnerapi.Audience)
+		work := filepath.Join(GinkgoT().TempDir(), "w")
+		git := func(dir string, args ...string) (string, error) {
+			cmd := exec.Command("git", append([]string{"-c", "credential.helper=", "-c", "http.extraHeader=Authorization: Bearer " + token}, args...)...)
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), append(gitserver.CommitterEnv(), "GIT_TERMINAL_PROMPT=0")...)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		out, err := git("", "clone", ch.server.URL+runnerapi.PathGit+"/acme/widgets.git", work)
+		Expect(err).NotTo(HaveOccurred(), out)
+		_, err = git(work, "checkout", "-b", "shepherd/session-a")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(resp.Header.Get("Cache-Control")).To(Equal("no-store"))
+		_, err = git(work, "commit", "--allow-empty", "-m", "work")
+		Expect(err).NotTo(HaveOccurred())
+		out, err = git(work, "push", "origin", "shepherd/session-a")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(srv.Ref("acme/widgets", "refs/heads/shepherd/session-a")).NotTo(BeEmpty())
+		out, err = git(work, "push", "origin", "HEAD:refs/heads/main")
+		Expect(err).To(HaveOccurred())
+		Expect(out).To(ContainSubstring("only refs/heads/shepherd/session-a may be pushed"))
+		Expect(srv.Ref("acme/widgets", "refs/heads/main")).To(Equal(head))
+
+		By("without a token there is no git at all")
+		cmd := exec.Command("git", "-c", "credential.helper=", "ls-remote", ch.server.URL+runnerapi.PathGit+"/acme/widgets.git")
+		cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+		out2, err := cmd.CombinedOutput()
+		Expect(err).To(HaveOccurred(), string(out2))
 	})
 })
 

@@ -121,15 +121,6 @@ func (c *Client) OpenPullRequest(ctx context.Context, req PullRequestRequest) (*
 	return &res, nil
 }
 
-// PushCredentials asks for a short-lived git credential for the host git names.
-func (c *Client) PushCredentials(ctx context.Context, req CredentialRequest) (*Credentials, error) {
-	var cr Credentials
-	if err := c.do(ctx, http.MethodPost, PathCredentials, req, &cr, c.timeout()); err != nil {
-		return nil, err
-	}
-	return &cr, nil
-}
-
 func (c *Client) timeout() time.Duration {
 	if c.Timeout > 0 {
 		return c.Timeout

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/gitproxy"
 )
 
 // Backend is what the channel means: the AgentSession controller implements it. Every method
@@ -39,9 +41,10 @@ type Backend interface {
 	Ack(ctx context.Context, s Session, id string) error
 	// OpenPullRequest opens the session's pull request or updates its title and body.
 	OpenPullRequest(ctx context.Context, s Session, req PullRequestRequest) (*PullRequestResult, error)
-	// PushCredentials returns a short-lived credential for the session's repository, or
-	// ErrForbidden when req names another host.
-	PushCredentials(ctx context.Context, s Session, req CredentialRequest) (*Credentials, error)
+	// GitRemote says where the caller's git goes: its repository with the credentials to add,
+	// and the branch it may push. A checkout pod's caller (no session) gets its Worktree's
+	// repository and no branch.
+	GitRemote(ctx context.Context, s Session) (*GitRemote, error)
 }
 
 // Errors a Backend returns to choose the status code.
@@ -62,6 +65,9 @@ type HandlerOptions struct {
 	// an older pod of the same name): a cache behind a busy API server may not have seen a pod
 	// that was created a moment ago, and the runner would be refused for the cache's lag.
 	LivePods client.Reader
+	// Identify maps an authenticated pod to its caller, or refuses it (an error wrapping
+	// ErrForbidden). Default: StandardIdentify with the pod naming of DefaultPodNames.
+	Identify func(pod *corev1.Pod) (Session, error)
 	// Audience the tokens must carry; default Audience.
 	Audience string
 	// CacheTTL bounds how long a token review is reused; default 10 minutes.
@@ -73,6 +79,8 @@ type HandlerOptions struct {
 	PollInterval time.Duration
 	// RequestTimeout bounds every other request; default 20s.
 	RequestTimeout time.Duration
+	// GitTransport reaches the forge's git; nil uses a default with timeouts.
+	GitTransport http.RoundTripper
 	Clock          clock.Clock
 	Log            logr.Logger
 }
@@ -120,6 +128,9 @@ func NewHandler(o HandlerOptions) (*Handler, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if o.Identify == nil {
+		o.Identify = StandardIdentify(DefaultPodNames)
+	}
 	h := &Handler{
 		o:       o,
 		auth:    &Authenticator{Reviewer: o.Reviewer, Audience: o.Audience, TTL: o.CacheTTL, Clock: o.Clock},
@@ -132,7 +143,7 @@ func NewHandler(o HandlerOptions) (*Handler, error) {
 	mux.HandleFunc("GET "+PathMessages, h.authed(h.messages))
 	mux.HandleFunc("POST "+PathMessages+"/{id}/ack", h.authed(h.ack))
 	mux.HandleFunc("POST "+PathPullRequest, h.authed(h.pullRequest))
-	mux.HandleFunc("POST "+PathCredentials, h.authed(h.credentials))
+	mux.HandleFunc(PathGit+"/", h.authed(h.git))
 	h.mux = mux
 	return h, nil
 }
@@ -168,8 +179,9 @@ func (h *Handler) authed(next handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), h.o.RequestTimeout)
 		defer cancel()
-		if r.URL.Path != PathMessages {
-			// Every call but the long poll is bounded as a whole.
+		if r.URL.Path != PathMessages && !strings.HasPrefix(r.URL.Path, PathGit+"/") {
+			// Every call but the long poll and git (a first clone of a large repository) is
+			// bounded as a whole; git bounds itself.
 			r = r.WithContext(ctx)
 		}
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -206,15 +218,14 @@ func (h *Handler) authed(next handlerFunc) http.HandlerFunc {
 			h.fail(w, http.StatusUnauthorized, "the token is bound to an earlier pod of the same name")
 			return
 		}
-		session := pod.Labels[agentsv1alpha1.LabelSession]
-		if session == "" {
-			h.fail(w, http.StatusForbidden, fmt.Sprintf("pod %s/%s is not an agent pod (no %s label)", pod.Namespace, pod.Name, agentsv1alpha1.LabelSession))
+		s, err := h.o.Identify(&pod)
+		if err != nil {
+			h.fail(w, http.StatusForbidden, err.Error())
 			return
 		}
-		s := Session{
-			NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: session},
-			PodName:        pod.Name, PodUID: pod.UID,
-			Worktree: pod.Labels[agentsv1alpha1.LabelWorktree], Project: pod.Labels[agentsv1alpha1.LabelProject],
+		if !s.IsSession() && !strings.HasPrefix(r.URL.Path, PathGit+"/") {
+			h.fail(w, http.StatusForbidden, fmt.Sprintf("pod %s/%s is a checkout pod: it may only use git", pod.Namespace, pod.Name))
+			return
 		}
 		next(w, r, s)
 	}
@@ -390,22 +401,32 @@ func (h *Handler) pullRequest(w http.ResponseWriter, r *http.Request, s Session)
 	h.ok(w, res)
 }
 
-func (h *Handler) credentials(w http.ResponseWriter, r *http.Request, s Session) {
-	var req CredentialRequest
-	if !h.decode(w, r, &req) {
-		return
-	}
-	if req.Host == "" || (req.Protocol != "https" && req.Protocol != "http") {
-		h.fail(w, http.StatusBadRequest, "credentials are handed out for http(s) hosts only")
-		return
-	}
-	c, err := h.o.Backend.PushCredentials(r.Context(), s, req)
+// git forwards smart HTTP to the caller's repository with the Project's credentials, which
+// never leave the manager; pushes go to the session's branch only.
+func (h *Handler) git(w http.ResponseWriter, r *http.Request, s Session) {
+	remote, err := h.o.Backend.GitRemote(r.Context(), s)
 	if err != nil {
 		h.backendError(w, err)
 		return
 	}
-	w.Header().Set("Cache-Control", "no-store")
-	h.ok(w, c)
+	u, err := url.Parse(remote.URL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+		h.fail(w, http.StatusBadGateway, "the repository URL is not http(s): git over ssh is not proxied; use an https:// URL in spec.repository.url")
+		return
+	}
+	p := &gitproxy.Proxy{
+		Target:    func(*http.Request) (gitproxy.Target, error) { return gitproxy.Target{URL: u, Header: remote.Header}, nil },
+		Policy:    func(*http.Request) (gitproxy.Policy, error) { return gitproxy.BranchOnly(remote.Branch), nil },
+		Transport: h.o.GitTransport,
+		OnRefused: func(_ *http.Request, cmds []gitproxy.RefUpdate, err error) {
+			refs := make([]string, 0, len(cmds))
+			for _, c := range cmds {
+				refs = append(refs, c.Ref)
+			}
+			h.o.Log.Info("Refused a push", "session", s.NamespacedName, "pod", s.PodName, "refs", refs, "reason", err.Error())
+		},
+	}
+	http.StripPrefix(PathGit, p).ServeHTTP(w, r)
 }
 
 const maxBody = 1 << 20

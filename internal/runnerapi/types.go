@@ -1,9 +1,9 @@
 // Package runnerapi is the channel between the runner (in the agent pod) and the manager: JSON
 // over HTTP. The runner proves who it is with a projected service account token bound to its pod
 // and to the Audience; the manager's Handler checks it with the TokenReview API, reads the pod
-// named in the token, and maps it to its AgentSession by label. A runner can read and report
-// only for its own session. The Handler delegates what each call means to a Backend, which the
-// AgentSession controller implements.
+// named in the token, and maps it to its AgentSession (the pod's controller, checked by UID).
+// A runner can read and report only for its own session. The Handler delegates what each call
+// means to a Backend, which the AgentSession controller implements.
 //
 // Endpoints (all JSON, all under the token's authority):
 //
@@ -12,10 +12,12 @@
 //	GET  /runner/v1/messages?wait=30s     pending follow-up messages (long poll)
 //	POST /runner/v1/messages/{id}/ack     the message was delivered to the agent
 //	POST /runner/v1/pullrequest           open or update the session's pull request
-//	POST /runner/v1/credentials           a short-lived, repository-scoped git credential
+//	GET|POST /runner/v1/git/...           git smart HTTP to the session's repository (credentials
+//	                                      added by the manager; pushes to the session's branch only)
 package runnerapi
 
 import (
+	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -34,19 +36,39 @@ const (
 	PathReports     = "/runner/v1/reports"
 	PathMessages    = "/runner/v1/messages"
 	PathPullRequest = "/runner/v1/pullrequest"
-	PathCredentials = "/runner/v1/credentials"
+	// PathGit prefixes git's smart HTTP to the caller's repository: the manager forwards it to
+	// the forge with the Project's credentials, which never leave the manager.
+	PathGit = "/runner/v1/git"
 )
 
 // AckPath is the endpoint that acknowledges message id.
 func AckPath(id string) string { return PathMessages + "/" + id + "/ack" }
 
-// Session identifies the caller: the AgentSession its pod belongs to, and the pod.
+// Session identifies the caller: the AgentSession its pod belongs to (or, for a checkout pod,
+// only its Worktree), and the pod.
 type Session struct {
+	// NamespacedName is the session; its Name is empty for a checkout pod's runner, which may
+	// only use git.
 	types.NamespacedName
 	PodName  string    `json:"podName"`
 	PodUID   types.UID `json:"podUID"`
 	Worktree string    `json:"worktree,omitempty"`
 	Project  string    `json:"project,omitempty"`
+	// OwnerUID is the UID of the pod's controller (the AgentSession, or the Worktree of a
+	// checkout pod): the Backend checks it against the object it reads, so that a pod left from
+	// an earlier object of the same name gets nothing of the new one.
+	OwnerUID types.UID `json:"ownerUID,omitempty"`
+}
+
+// IsSession reports whether the caller is a session's agent pod (not a checkout pod).
+func (s Session) IsSession() bool { return s.Name != "" }
+
+// GitRemote is where the manager forwards a caller's git: the repository and the credentials
+// to add, and the one branch it may push ("" refuses pushes).
+type GitRemote struct {
+	URL    string
+	Header http.Header
+	Branch string
 }
 
 // Task is everything the runner needs to start or resume the agent.
@@ -190,21 +212,6 @@ type PullRequestResult struct {
 	Number  int64  `json:"number"`
 	URL     string `json:"url,omitempty"`
 	Created bool   `json:"created,omitempty"`
-}
-
-// CredentialRequest names what git wants to authenticate to (from the credential helper
-// protocol).
-type CredentialRequest struct {
-	Protocol string `json:"protocol"`
-	Host     string `json:"host"`
-	Path     string `json:"path,omitempty"`
-}
-
-// Credentials are a short-lived, repository-scoped git credential.
-type Credentials struct {
-	Username  string    `json:"username"`
-	Password  string    `json:"password"`
-	ExpiresAt time.Time `json:"expiresAt,omitempty"`
 }
 
 // ErrorBody is the JSON body of every 4xx and 5xx answer.

@@ -22,13 +22,12 @@ import (
 	"time"
 )
 
-// Minimum git versions. Clone mode needs --reference-if-able (2.11). Worktree mode needs
-// `rev-parse --path-format=absolute` (2.31) to find the shared mirror from a worktree, `worktree
-// repair` (2.30) to reattach a checkout whose admin link broke, and worktree pruning that tells
-// locked and prunable entries apart (2.31).
+// Minimum git versions. Clone mode needs --reference-if-able (2.11); worktree mode needs
+// `rev-parse --absolute-git-dir` (2.13), which the runner uses in both modes to find the state
+// it keeps in the checkout's git dir.
 var (
 	MinCloneVersion    = Version{2, 11}
-	MinWorktreeVersion = Version{2, 31}
+	MinWorktreeVersion = Version{2, 13}
 )
 
 // Version is a git version (major.minor).
@@ -67,7 +66,53 @@ type Git struct {
 	Timeout time.Duration
 	// Log receives the commands run and their progress output; nil discards it.
 	Log io.Writer
+	// Exec runs the git process; nil runs it here. The runner sets it to run git in the agent's
+	// container (agenthost), so that git never runs in the runner's trust domain on a repository
+	// the agent can write (its hooks, fsmonitor and filters would run with the runner's rights).
+	Exec Executor
 }
+
+// Executor runs one program with extra environment entries (added to its own) and waits for it.
+// A program that ran and failed returns an error wrapping *ExitStatus.
+type Executor func(ctx context.Context, dir string, env []string, stdin io.Reader, args []string, stdout, stderr io.Writer) error
+
+// ExitStatus is a program's non-zero exit.
+type ExitStatus struct{ Code int }
+
+func (e *ExitStatus) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// LocalExec runs the program in this process's environment.
+func LocalExec(ctx context.Context, dir string, env []string, stdin io.Reader, args []string, stdout, stderr io.Writer) error {
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() > 0 {
+		return fmt.Errorf("%w", &ExitStatus{Code: ee.ExitCode()})
+	}
+	return err
+}
+
+// Hardened is the configuration every git command of the runner and prepare runs with: no
+// system or global configuration (GIT_CONFIG_NOSYSTEM, GIT_CONFIG_GLOBAL below), no hooks, no
+// fsmonitor, no credential helper of the image, and only the transports Shepherd uses (a local
+// mirror and HTTP(S); never ext::, which runs a command, or ssh with a configured command).
+var Hardened = []string{
+	"-c", "core.hooksPath=/dev/null",
+	"-c", "core.fsmonitor=false",
+	"-c", "core.sshCommand=false",
+	"-c", "credential.helper=",
+	"-c", "protocol.allow=never",
+	"-c", "protocol.file.allow=always",
+	"-c", "protocol.http.allow=always",
+	"-c", "protocol.https.allow=always",
+}
+
+// HardenedEnv keeps the system's and the user's git configuration out, and git from prompting.
+var HardenedEnv = []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0"}
 
 // Error is a failed git command with what it printed.
 type Error struct {
@@ -89,6 +134,9 @@ func (e *Error) Unwrap() error { return e.Err }
 func (g *Git) bin() (string, error) {
 	if g.Path != "" {
 		return g.Path, nil
+	}
+	if g.Exec != nil {
+		return "git", nil // looked up on the other side's PATH
 	}
 	p, err := exec.LookPath("git")
 	if err != nil {
@@ -116,22 +164,21 @@ func (g *Git) run(ctx context.Context, dir string, stdin io.Reader, args ...stri
 	defer cancel()
 	// Parallel checkout (one worker per core) writes a large tree about twice as fast on two
 	// cores; it only changes how files are written, never what.
-	full := append(append([]string{"-c", "checkout.workers=0"}, g.ConfigArgs...), args...)
-	cmd := exec.CommandContext(ctx, bin, full...)
-	cmd.Dir = dir
+	full := append([]string{bin, "-c", "checkout.workers=0"}, Hardened...)
+	full = append(append(full, g.ConfigArgs...), args...)
 	// No prompt may ever wait for a human; LC_ALL=C keeps messages parseable.
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
-	cmd.Env = append(cmd.Env, g.Env...)
-	cmd.Stdin = stdin
+	env := append(append([]string{"LC_ALL=C"}, HardenedEnv...), g.Env...)
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
+	errOut := io.Writer(&stderr)
 	if g.Log != nil {
 		fmt.Fprintf(g.Log, "+ git %s\n", strings.Join(args, " "))
-		cmd.Stderr = io.MultiWriter(&stderr, g.Log)
+		errOut = io.MultiWriter(&stderr, g.Log)
 	}
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
+	execFn := g.Exec
+	if execFn == nil {
+		execFn = LocalExec
+	}
+	if err := execFn(ctx, dir, env, stdin, full, &stdout, errOut); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (timeout %s)", ctx.Err(), timeout)
 		}
@@ -160,7 +207,7 @@ func (g *Git) CheckVersion(ctx context.Context, worktreeMode bool) error {
 	}
 	min, why := MinCloneVersion, "clone mode needs --reference-if-able"
 	if worktreeMode {
-		min, why = MinWorktreeVersion, "worktree mode needs `rev-parse --path-format=absolute` and `worktree repair`"
+		min, why = MinWorktreeVersion, "worktree mode needs `rev-parse --absolute-git-dir`"
 	}
 	if v.Less(min) {
 		return fmt.Errorf("%w: found git %s, need %s or newer (%s); install a newer git in the agent image", ErrGitTooOld, v, min, why)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/gitref"
@@ -210,76 +211,66 @@ func inspect(ctx context.Context, g *Git, path string) (pathState, error) {
 	return pathCheckout, nil
 }
 
+// prepareWorktree makes or restores a checkout that borrows the mirror's objects (borrow.go).
+// The runner fetched the mirror just before (it is read-only here) and may have moved a spare
+// checkout to o.Path.
 func prepareWorktree(ctx context.Context, g *Git, o Options, state pathState, res *Result) error {
-	lock, err := AcquireLock(ctx, o.MirrorPath+".lock")
-	if err != nil {
-		return err
+	if !mirrorPresent(o.MirrorPath) {
+		return fmt.Errorf("the Project's mirror %s is missing: the runner makes it before the checkout", o.MirrorPath)
 	}
-	defer func() { _ = lock.Release() }()
-	created, err := ensureMirror(ctx, g, o.MirrorPath, o.RemoteURL)
-	if err != nil {
-		return err
-	}
-	res.FullFetch = created
 	if state == pathBroken {
-		// The checkout's .git file points at an admin dir git cannot use (the volume was mounted
-		// elsewhere, or the admin entry was pruned): repair relinks both ways when it can.
-		if _, err := g.Run(ctx, o.MirrorPath, "worktree", "repair", o.Path); err != nil {
-			return fmt.Errorf("checkout %s is broken and could not be repaired: %w", o.Path, err)
-		}
-		if state, err = inspect(ctx, g, o.Path); err != nil {
-			return err
-		}
-		if state != pathCheckout {
-			return fmt.Errorf("checkout %s is still broken after `git worktree repair`", o.Path)
+		if fi, err := os.Lstat(filepath.Join(o.Path, ".git")); err == nil && fi.Mode().IsRegular() {
+			// A linked worktree of the mirror made by an earlier Shepherd, whose admin entry is in
+			// the mirror: convert it (it may well open, so also look below).
+			if err := convertLinkedWorktree(ctx, g, o.Path, o.MirrorPath, o.RemoteURL); err != nil {
+				return err
+			}
+			state = pathCheckout
+		} else {
+			return fmt.Errorf("checkout %s is broken: git cannot open it; remove it (set the Worktree Absent, then Present) to start again from the branch", o.Path)
 		}
 	}
 	if state == pathCheckout {
-		res.Restored = true
-		common, err := g.Run(ctx, o.Path, "rev-parse", "--path-format=absolute", "--git-common-dir")
+		if fi, err := os.Lstat(filepath.Join(o.Path, ".git")); err == nil && fi.Mode().IsRegular() {
+			if err := convertLinkedWorktree(ctx, g, o.Path, o.MirrorPath, o.RemoteURL); err != nil {
+				return err
+			}
+		}
+		ok, err := borrowsFrom(o.Path, o.MirrorPath)
 		if err != nil {
 			return err
 		}
-		if filepath.Clean(common) != filepath.Clean(o.MirrorPath) {
-			return fmt.Errorf("checkout %s belongs to repository %s, not to the mirror %s", o.Path, common, o.MirrorPath)
+		if !ok {
+			return fmt.Errorf("checkout %s does not borrow from the mirror %s; refusing to touch it", o.Path, o.MirrorPath)
 		}
+		if err := syncFromMirror(ctx, g, o.Path, o.MirrorPath); err != nil {
+			return err
+		}
+		claimed, err := finishClaim(ctx, g, o.Path, o.RemoteURL)
+		if err != nil {
+			return err
+		}
+		if claimed {
+			action, start, err := branchPlan(ctx, g, o.Path, o, true)
+			if err != nil {
+				return err
+			}
+			res.Spare, res.BranchAction = true, action
+			return checkoutClaimed(ctx, g, o.Path, o.Branch, action, start)
+		}
+		res.Restored = true
 		res.BranchAction, err = switchBranch(ctx, g, o, o.Path)
 		return err
 	}
-	// Entries whose directories vanished would make git refuse to check their branch out again.
-	if _, err := g.Run(ctx, o.MirrorPath, "worktree", "prune"); err != nil {
+	if err := initBorrowing(ctx, g, o.Path, o.MirrorPath, o.RemoteURL); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(o.Path), 0o755); err != nil {
-		return fmt.Errorf("create worktrees dir: %w", err)
-	}
-	action, start, err := branchPlan(ctx, g, o.MirrorPath, o, true)
+	action, start, err := branchPlan(ctx, g, o.Path, o, true)
 	if err != nil {
-		return err
-	}
-	claimed, err := claimSpare(ctx, g, o.MirrorPath, o.Path)
-	if err != nil {
-		return err
-	}
-	if claimed {
-		res.Spare, res.BranchAction = true, action
-		return checkoutClaimed(ctx, g, o.Path, o.Branch, action, start)
-	}
-	var args []string
-	switch action {
-	case BranchExisting:
-		// By name, so the worktree is on the branch rather than detached at its commit.
-		args = []string{"worktree", "add", o.Path, o.Branch}
-	case BranchAdopted:
-		args = []string{"worktree", "add", "--track", "-b", o.Branch, o.Path, start}
-	default:
-		args = []string{"worktree", "add", "--no-track", "-b", o.Branch, o.Path, start}
-	}
-	if _, err := g.Run(ctx, o.MirrorPath, args...); err != nil {
 		return err
 	}
 	res.BranchAction = action
-	return nil
+	return checkoutPlanned(ctx, g, o.Path, o.Branch, action, start)
 }
 
 func prepareClone(ctx context.Context, g *Git, o Options, state pathState, res *Result) error {
@@ -477,6 +468,85 @@ func ensureMirror(ctx context.Context, g *Git, mirror, remote string) (full bool
 	return refs == "", nil
 }
 
+// Volume is what the runner makes ready on a volume before the checkout step starts (as the
+// runner's user: the agent's containers mount only their own directories of it).
+type Volume struct {
+	Mode agentsv1alpha1.WorkspaceMode
+	// Mirror is the Project's mirror (worktree mode), which only runners write.
+	Mirror string
+	// Remote is the mirror's origin: the runner's git endpoint.
+	Remote string
+	// Checkout is the checkout's directory, mounted alone in the agent's containers.
+	Checkout string
+	// Spares is where spare checkouts wait (worktree mode, SpareDir(Checkout)); "" claims none.
+	Spares string
+	// Dirs are more directories the agent's containers mount (its home).
+	Dirs []string
+}
+
+// VolumeResult says what PrepareVolume did.
+type VolumeResult struct {
+	// FullFetch: the mirror was made (or had nothing) and fetched whole.
+	FullFetch bool `json:"fullFetch,omitempty"`
+	// Claimed: a spare was moved to the checkout's directory.
+	Claimed bool `json:"claimed,omitempty"`
+}
+
+// agentDirMode is the mode of the directories made for the agent's containers: group-writable
+// with the set-group-ID bit, so that the pod's fsGroup, which both the runner and the agent are
+// in, owns everything made in them.
+const agentDirMode = 0o775 | os.ModeSetgid
+
+// PrepareVolume fetches the mirror (worktree mode; under its lock), claims a spare for an empty
+// checkout directory (under the same lock), and makes the checkout and Dirs directories the
+// agent's containers mount. It runs no git in a repository an agent can write.
+func PrepareVolume(ctx context.Context, g *Git, v Volume) (VolumeResult, error) {
+	var res VolumeResult
+	if v.Mode == agentsv1alpha1.WorkspaceWorktree {
+		lock, err := AcquireLock(ctx, v.Mirror+".lock")
+		if err != nil {
+			return res, err
+		}
+		defer func() { _ = lock.Release() }()
+		if res.FullFetch, err = ensureMirror(ctx, g, v.Mirror, v.Remote); err != nil {
+			return res, fmt.Errorf("fetch the Project's mirror: %w", err)
+		}
+		if v.Spares != "" && isEmptyDir(v.Checkout) {
+			if res.Claimed, err = ClaimSpare(v.Spares, v.Checkout); err != nil {
+				return res, err
+			}
+		}
+	}
+	for _, d := range append([]string{v.Checkout}, v.Dirs...) {
+		if err := makeAgentDir(d); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// isEmptyDir reports whether path is missing or an empty directory.
+func isEmptyDir(path string) bool {
+	entries, err := os.ReadDir(path)
+	return errors.Is(err, os.ErrNotExist) || err == nil && len(entries) == 0
+}
+
+// makeAgentDir makes path for the agent's containers. An existing directory keeps its owner
+// and mode (it may be the agent's own by now).
+func makeAgentDir(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(path, agentDirMode); err != nil {
+		return fmt.Errorf("make %s: %w", path, err)
+	}
+	// MkdirAll applies the umask; the setgid and group-write bits must be exact.
+	if err := os.Chmod(path, agentDirMode); err != nil {
+		return fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return nil
+}
+
 // UpdateMirror creates or fetches the mirror under its lock (what a mirror refresh job runs).
 func UpdateMirror(ctx context.Context, g *Git, mirror, remote string) error {
 	if err := ValidateRemoteURL(remote); err != nil {
@@ -491,28 +561,26 @@ func UpdateMirror(ctx context.Context, g *Git, mirror, remote string) error {
 	return err
 }
 
-// Remove deletes a checkout and keeps its branch: a worktree is removed through the mirror (so
-// its admin entry goes too), a clone's directory is deleted.
-func Remove(ctx context.Context, g *Git, mode agentsv1alpha1.WorkspaceMode, path, mirror string) error {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+// Remove deletes a checkout's files. In worktree mode the branch is kept on the forge (a
+// Worktree's checkout is removed only once its commits are pushed, unless forced); the
+// directory itself may be a mount point and stays, empty. A clone's directory is deleted.
+func Remove(_ context.Context, _ *Git, mode agentsv1alpha1.WorkspaceMode, path, _ string) error {
+	entries, err := os.ReadDir(path)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if mode == agentsv1alpha1.WorkspaceWorktree {
-		lock, err := AcquireLock(ctx, mirror+".lock")
-		if err != nil {
-			return err
-		}
-		defer func() { _ = lock.Release() }()
-		if _, err := g.Run(ctx, mirror, "worktree", "remove", "--force", path); err == nil {
-			return nil
+	if err != nil {
+		return fmt.Errorf("read checkout: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(path, e.Name())); err != nil {
+			return fmt.Errorf("remove checkout: %w", err)
 		}
 	}
-	if err := os.RemoveAll(path); err != nil {
-		return fmt.Errorf("remove checkout: %w", err)
-	}
-	if mode == agentsv1alpha1.WorkspaceWorktree {
-		_, err := g.Run(ctx, mirror, "worktree", "prune")
-		return err
+	if mode == agentsv1alpha1.WorkspaceClone {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("remove checkout: %w", err)
+		}
 	}
 	return nil
 }

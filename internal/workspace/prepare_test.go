@@ -66,6 +66,25 @@ func (f *fixture) run(t *testing.T, dir string, args ...string) string {
 	return out
 }
 
+// prepare makes a checkout as an agent pod does: in worktree mode the runner's volume step
+// first (the mirror fetched, a spare claimed), then the checkout step.
+func (f *fixture) prepare(o Options) (*Result, error) {
+	ctx := context.Background()
+	var vr VolumeResult
+	if o.Mode == agentsv1alpha1.WorkspaceWorktree && o.Validate() == nil {
+		var err error
+		vr, err = PrepareVolume(ctx, f.git, Volume{Mode: o.Mode, Mirror: o.MirrorPath, Remote: o.RemoteURL, Checkout: o.Path, Spares: SpareDir(o.Path)})
+		if err != nil {
+			return nil, err
+		}
+	}
+	res, err := Prepare(ctx, f.git, o)
+	if res != nil {
+		res.FullFetch = res.FullFetch || vr.FullFetch
+	}
+	return res, err
+}
+
 func (f *fixture) opts(mode agentsv1alpha1.WorkspaceMode, name, branch string) Options {
 	o := Options{Mode: mode, RemoteURL: f.url, Branch: branch, Base: "main", MirrorPath: filepath.Join(f.root, "mirror.git")}
 	if mode == agentsv1alpha1.WorkspaceWorktree {
@@ -81,7 +100,7 @@ func TestCloneMode(t *testing.T) {
 	f := newFixture(t)
 	o := f.opts(agentsv1alpha1.WorkspaceClone, "c1", "shepherd/issue-1")
 	o.MirrorPath = "" // no mirror mounted
-	res, err := Prepare(context.Background(), f.git, o)
+	res, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Restored).To(BeFalse())
 	g.Expect(res.FullFetch).To(BeTrue(), "a clone with no mirror fetches everything")
@@ -99,7 +118,7 @@ func TestCloneModeBorrowsFromMirror(t *testing.T) {
 	f := newFixture(t)
 	o := f.opts(agentsv1alpha1.WorkspaceClone, "c2", "shepherd/issue-2")
 	g.Expect(UpdateMirror(context.Background(), f.git, o.MirrorPath, f.url)).To(Succeed())
-	res, err := Prepare(context.Background(), f.git, o)
+	res, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Facts.Head).To(Equal(f.head))
 	g.Expect(res.FullFetch).To(BeFalse(), "the clone borrows from the mirror")
@@ -112,21 +131,24 @@ func TestWorktreeModeFromMirror(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-1", "shepherd/issue-3")
-	res, err := Prepare(context.Background(), f.git, o)
+	res, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Restored).To(BeFalse())
 	g.Expect(res.FullFetch).To(BeTrue(), "the first worktree creates the mirror")
 	g.Expect(res.BranchAction).To(Equal(BranchCreated))
 	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/issue-3", Head: f.head}))
-	// The worktree links to the mirror by absolute path, and the mirror is bare.
-	link, err := os.ReadFile(filepath.Join(o.Path, ".git"))
+	// The checkout is a repository of its own that borrows the mirror's objects by absolute
+	// path; the mirror is bare and holds no branch of any session.
+	alt, err := os.ReadFile(filepath.Join(o.Path, ".git", "objects", "info", "alternates"))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(link)).To(HavePrefix("gitdir: " + filepath.Join(o.MirrorPath, "worktrees")))
+	g.Expect(strings.TrimSpace(string(alt))).To(Equal(filepath.Join(o.MirrorPath, "objects")))
 	g.Expect(f.run(t, o.MirrorPath, "rev-parse", "--is-bare-repository")).To(Equal("true"))
 	g.Expect(f.run(t, o.MirrorPath, "config", "--get", "gc.pruneExpire")).To(Equal("never"))
-	g.Expect(f.run(t, o.MirrorPath, "worktree", "list", "--porcelain")).To(ContainSubstring("branch refs/heads/shepherd/issue-3"))
+	g.Expect(f.run(t, o.MirrorPath, "for-each-ref", "refs/heads/")).To(BeEmpty(), "the mirror holds no session's branch")
+	g.Expect(f.run(t, o.Path, "config", "--get", "remote.origin.url")).To(Equal(f.url))
+	g.Expect(f.run(t, o.Path, "count-objects", "-v")).To(ContainSubstring("count: 0"), "no object copied into the checkout")
 
-	second, err := Prepare(context.Background(), f.git, f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-2", "shepherd/issue-4"))
+	second, err := f.prepare(f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-2", "shepherd/issue-4"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(second.FullFetch).To(BeFalse(), "the second worktree is added from the present mirror")
 }
@@ -137,7 +159,7 @@ func TestRestoreFetchesWithoutRecloning(t *testing.T) {
 			g := NewWithT(t)
 			f := newFixture(t)
 			o := f.opts(mode, "r1", "shepherd/restore")
-			_, err := Prepare(context.Background(), f.git, o)
+			_, err := f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			// Work in progress: a local commit and an uncommitted file must survive the restore.
 			g.Expect(os.WriteFile(filepath.Join(o.Path, "wip.txt"), []byte("wip"), 0o644)).To(Succeed())
@@ -148,7 +170,7 @@ func TestRestoreFetchesWithoutRecloning(t *testing.T) {
 			inode := inodeOf(t, filepath.Join(o.Path, "README.md"))
 
 			newBase := f.pushCommit(t, "main", "upstream.txt")
-			res, err := Prepare(context.Background(), f.git, o)
+			res, err := f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(res.Restored).To(BeTrue())
 			g.Expect(res.FullFetch).To(BeFalse())
@@ -174,19 +196,49 @@ func TestRestoreAfterCheckoutDirVanished(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "gone", "shepherd/gone")
-	_, err := Prepare(context.Background(), f.git, o)
+	_, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(os.WriteFile(filepath.Join(o.Path, "kept.txt"), []byte("k"), 0o644)).To(Succeed())
 	f.run(t, o.Path, "add", "kept.txt")
 	f.run(t, o.Path, "commit", "-q", "-m", "kept")
 	kept := f.run(t, o.Path, "rev-parse", "HEAD")
+	f.run(t, o.Path, "push", "-q", "origin", "HEAD:refs/heads/shepherd/gone")
 	g.Expect(os.RemoveAll(o.Path)).To(Succeed())
 
-	res, err := Prepare(context.Background(), f.git, o)
+	// The branch lives on in the forge (a checkout's commits are pushed before it may go): a new
+	// checkout takes it over.
+	o.Adopt = true
+	res, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(res.BranchAction).To(Equal(BranchExisting), "restored from the kept branch")
+	g.Expect(res.BranchAction).To(Equal(BranchAdopted), "restored from the pushed branch")
 	g.Expect(res.Facts.Head).To(Equal(kept))
 	g.Expect(filepath.Join(o.Path, "kept.txt")).To(BeARegularFile())
+}
+
+// TestLinkedWorktreeOfAnEarlierVersionIsConverted: a checkout an earlier Shepherd made as a
+// linked worktree of the mirror becomes a borrowing repository in place: its branch, commits and
+// uncommitted work kept.
+func TestLinkedWorktreeOfAnEarlierVersionIsConverted(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "old", "shepherd/old")
+	g.Expect(UpdateMirror(context.Background(), f.git, o.MirrorPath, f.url)).To(Succeed())
+	f.run(t, o.MirrorPath, "worktree", "add", "-q", "--no-track", "-b", o.Branch, o.Path, "refs/remotes/origin/main")
+	g.Expect(os.WriteFile(filepath.Join(o.Path, "old.txt"), []byte("old"), 0o644)).To(Succeed())
+	f.run(t, o.Path, "add", "old.txt")
+	f.run(t, o.Path, "commit", "-q", "-m", "old work")
+	commit := f.run(t, o.Path, "rev-parse", "HEAD")
+	g.Expect(os.WriteFile(filepath.Join(o.Path, "README.md"), []byte("edited, not committed\n"), 0o644)).To(Succeed())
+
+	res, err := f.prepare(o)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Restored).To(BeTrue())
+	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/old", Head: commit, Dirty: true, Unpushed: 1}))
+	g.Expect(filepath.Join(o.Path, ".git")).To(BeADirectory(), "a repository of its own now")
+	ok, err := borrowsFrom(o.Path, o.MirrorPath)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeTrue())
+	g.Expect(os.ReadFile(filepath.Join(o.Path, "README.md"))).To(BeEquivalentTo("edited, not committed\n"))
 }
 
 func TestBranchExistingRemotely(t *testing.T) {
@@ -196,13 +248,13 @@ func TestBranchExistingRemotely(t *testing.T) {
 			f := newFixture(t)
 			remoteHead := f.pushCommit(t, "feature/taken", "theirs.txt")
 			o := f.opts(mode, "adopt", "feature/taken")
-			_, err := Prepare(context.Background(), f.git, o)
+			_, err := f.prepare(o)
 			g.Expect(errors.Is(err, ErrBranchExists)).To(BeTrue(), "got %v", err)
 			g.Expect(err).To(MatchError(ContainSubstring("set adopt")))
 
 			o.Adopt = true
 			o.Path += "-2"
-			res, err := Prepare(context.Background(), f.git, o)
+			res, err := f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(res.BranchAction).To(Equal(BranchAdopted))
 			g.Expect(res.Facts).To(Equal(Facts{Branch: "feature/taken", Head: remoteHead}))
@@ -222,7 +274,7 @@ func TestFailingSetupLeavesCheckoutUsable(t *testing.T) {
 		{Name: "deps", Command: []string{"sh", "-c", "echo resolving; echo 'boom: registry unreachable' >&2; exit 3"}},
 		{Name: "never", Command: []string{"touch", "never-ran"}},
 	}
-	res, err := Prepare(context.Background(), f.git, o)
+	res, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred(), "a failed setup is reported, not an error")
 	g.Expect(res.Setup.State).To(Equal(agentsv1alpha1.SetupFailed))
 	g.Expect(res.Setup.FailedCommand).To(Equal("deps"))
@@ -235,10 +287,10 @@ func TestFailingSetupLeavesCheckoutUsable(t *testing.T) {
 
 	// A restore runs setup again because it failed; once it succeeds it is skipped.
 	o.Setup = o.Setup[:1]
-	res, err = Prepare(context.Background(), f.git, o)
+	res, err = f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Setup).To(Equal(SetupResult{State: agentsv1alpha1.SetupSucceeded}))
-	res, err = Prepare(context.Background(), f.git, o)
+	res, err = f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Setup).To(Equal(SetupResult{State: agentsv1alpha1.SetupSucceeded, Skipped: true}))
 }
@@ -267,7 +319,7 @@ func TestConcurrentWorktreesFromOneMirror(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-"+string(rune('a'+i)), "shepherd/s-"+string(rune('a'+i)))
-			results[i], errs[i] = Prepare(context.Background(), f.git, o)
+			results[i], errs[i] = f.prepare(o)
 		}()
 	}
 	wg.Wait()
@@ -276,9 +328,10 @@ func TestConcurrentWorktreesFromOneMirror(t *testing.T) {
 		g.Expect(results[i].Facts.Head).To(Equal(f.head))
 	}
 	mirror := filepath.Join(f.root, "mirror.git")
-	list := f.run(t, mirror, "worktree", "list", "--porcelain")
 	for i := range n {
-		g.Expect(list).To(ContainSubstring("branch refs/heads/shepherd/s-" + string(rune('a'+i))))
+		path := filepath.Join(f.root, "worktrees", "wt-"+string(rune('a'+i)))
+		g.Expect(f.run(t, path, "symbolic-ref", "--short", "HEAD")).To(Equal("shepherd/s-" + string(rune('a'+i))))
+		f.run(t, path, "fsck", "--no-progress")
 	}
 	f.run(t, mirror, "fsck", "--no-progress")
 }
@@ -291,7 +344,7 @@ func TestHostileBranchReachesGitUnchanged(t *testing.T) {
 			o := f.opts(mode, "hostile", hostileBranch)
 			cwd := t.TempDir()
 			t.Chdir(cwd)
-			res, err := Prepare(context.Background(), f.git, o)
+			res, err := f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(res.Facts.Branch).To(Equal(hostileBranch))
 			g.Expect(f.run(t, o.Path, "symbolic-ref", "HEAD")).To(Equal("refs/heads/" + hostileBranch))
@@ -305,27 +358,26 @@ func TestHostileBranchReachesGitUnchanged(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
-	ctx := context.Background()
 
 	o := f.opts(agentsv1alpha1.WorkspaceClone, "bad", "-rf")
-	_, err := Prepare(ctx, f.git, o)
+	_, err := f.prepare(o)
 	g.Expect(err).To(MatchError(ContainSubstring("must not start with '-'")))
 
 	o = f.opts(agentsv1alpha1.WorkspaceClone, "bad", "ok")
 	o.RemoteURL = strings.Replace(f.url, "http://", "http://user:secret@", 1)
-	_, err = Prepare(ctx, f.git, o)
+	_, err = f.prepare(o)
 	g.Expect(err).To(MatchError(ContainSubstring("must not embed credentials")))
 	g.Expect(err.Error()).NotTo(ContainSubstring("secret"))
 
 	o = f.opts(agentsv1alpha1.WorkspaceClone, "notgit", "ok")
 	g.Expect(os.MkdirAll(o.Path, 0o755)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(o.Path, "precious.txt"), []byte("x"), 0o644)).To(Succeed())
-	_, err = Prepare(ctx, f.git, o)
+	_, err = f.prepare(o)
 	g.Expect(err).To(MatchError(ContainSubstring("is not a git checkout; refusing")))
 
 	o = f.opts(agentsv1alpha1.WorkspaceWorktree, "nobase", "ok")
 	o.Base = "does-not-exist"
-	_, err = Prepare(ctx, f.git, o)
+	_, err = f.prepare(o)
 	g.Expect(err).To(MatchError(ContainSubstring(`base "does-not-exist"`)))
 }
 
@@ -344,9 +396,13 @@ func TestGitMissingOrTooOld(t *testing.T) {
 	old := filepath.Join(t.TempDir(), "git")
 	g.Expect(os.WriteFile(old, []byte("#!/bin/sh\necho 'git version 2.25.1'\n"), 0o755)).To(Succeed())
 	err = (&Git{Path: old}).CheckVersion(ctx, true)
+	g.Expect(err).NotTo(HaveOccurred(), "worktree mode works with 2.25")
+	older := filepath.Join(t.TempDir(), "git")
+	g.Expect(os.WriteFile(older, []byte("#!/bin/sh\necho 'git version 2.12.0'\n"), 0o755)).To(Succeed())
+	err = (&Git{Path: older}).CheckVersion(ctx, true)
 	g.Expect(errors.Is(err, ErrGitTooOld)).To(BeTrue())
-	g.Expect(err).To(MatchError(ContainSubstring("found git 2.25, need 2.31 or newer")))
-	g.Expect((&Git{Path: old}).CheckVersion(ctx, false)).To(Succeed(), "clone mode works with 2.25")
+	g.Expect(err).To(MatchError(ContainSubstring("found git 2.12, need 2.13 or newer")))
+	g.Expect((&Git{Path: older}).CheckVersion(ctx, false)).To(Succeed(), "clone mode works with 2.12")
 
 	real, err := exec.LookPath("/usr/bin/git")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -363,7 +419,7 @@ func TestParseVersion(t *testing.T) {
 	g.Expect(v).To(Equal(Version{2, 50}))
 	_, err = ParseVersion("hub version 1")
 	g.Expect(err).To(HaveOccurred())
-	g.Expect(Version{2, 30}.Less(MinWorktreeVersion)).To(BeTrue())
+	g.Expect(Version{2, 12}.Less(MinWorktreeVersion)).To(BeTrue())
 	g.Expect(Version{3, 0}.Less(MinWorktreeVersion)).To(BeFalse())
 }
 
@@ -371,10 +427,17 @@ func TestRemove(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "rm", "shepherd/rm")
-	_, err := Prepare(context.Background(), f.git, o)
+	_, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(Remove(context.Background(), f.git, o.Mode, o.Path, o.MirrorPath)).To(Succeed())
-	g.Expect(o.Path).NotTo(BeAnExistingFile())
-	g.Expect(f.run(t, o.MirrorPath, "rev-parse", "--verify", "refs/heads/shepherd/rm")).NotTo(BeEmpty(), "the branch is kept")
-	g.Expect(f.run(t, o.MirrorPath, "worktree", "list", "--porcelain")).NotTo(ContainSubstring(o.Path))
+	entries, err := os.ReadDir(o.Path)
+	g.Expect(err).NotTo(HaveOccurred(), "the directory stays: in a pod it is a mount point")
+	g.Expect(entries).To(BeEmpty())
+	f.run(t, o.MirrorPath, "fsck", "--no-progress")
+
+	c := f.opts(agentsv1alpha1.WorkspaceClone, "rm", "shepherd/rm")
+	_, err = f.prepare(c)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(Remove(context.Background(), f.git, c.Mode, c.Path, "")).To(Succeed())
+	g.Expect(c.Path).NotTo(BeAnExistingFile())
 }

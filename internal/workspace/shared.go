@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 
-	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 )
 
 // Shared paths (a Project's spec.workspace.sharedPaths) are paths of the checkout, such as
@@ -87,12 +86,9 @@ func within(path, dir string) bool {
 	return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
 }
 
-// excludeFile is the info/exclude git reads for the checkout: the mirror's for a worktree (the
-// common dir), the clone's own otherwise.
+// excludeFile is the info/exclude git reads for the checkout: its own, in either mode (a
+// worktree-mode checkout is a repository of its own that borrows the mirror's objects only).
 func (o *Options) excludeFile(gitDir string) string {
-	if o.Mode == agentsv1alpha1.WorkspaceWorktree {
-		return filepath.Join(o.MirrorPath, "info", "exclude")
-	}
 	return filepath.Join(gitDir, "info", "exclude")
 }
 
@@ -115,14 +111,6 @@ func shareCheckout(ctx context.Context, g *Git, o Options, gitDir string, log io
 		if old, err := readExcludeBlock(exclude); err != nil || len(old) == 0 {
 			return err
 		}
-	}
-	if o.Mode == agentsv1alpha1.WorkspaceWorktree {
-		// The exclude file is the mirror's, shared by every worktree preparing at once.
-		lock, err := AcquireLock(ctx, o.MirrorPath+".lock")
-		if err != nil {
-			return err
-		}
-		defer func() { _ = lock.Release() }()
 	}
 	old, err := readExcludeBlock(exclude)
 	if err != nil {
@@ -167,23 +155,20 @@ func shareCheckout(ctx context.Context, g *Git, o Options, gitDir string, log io
 	if err := writeSharedRecord(recordPath, sharedRecord{Dir: o.SharedDir, Paths: o.SharedPaths}); err != nil {
 		return err
 	}
+	// The exclusion of a path no longer shared stays while the checkout still has a link there
+	// (someone else's, not ours to remove): otherwise a running agent would see and commit it.
 	keep := slices.Clone(o.SharedPaths)
-	var dropped []string
 	for _, p := range old {
-		if !slices.Contains(keep, p) {
-			dropped = append(dropped, p)
+		if !slices.Contains(keep, p) && isSymlink(filepath.Join(o.Path, p)) {
+			keep = append(keep, p)
 		}
-	}
-	if len(dropped) > 0 {
-		// Another worktree may still hold a link to a dropped path (until its own next prepare);
-		// its exclusion stays until none does, or a running agent would see and commit it.
-		still, err := stillLinked(ctx, g, o, dropped)
-		if err != nil {
-			return err
-		}
-		keep = append(keep, still...)
 	}
 	return writeExcludeBlock(exclude, keep)
+}
+
+func isSymlink(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode()&os.ModeSymlink != 0
 }
 
 // sharedRecord is what a checkout links: kept in its state dir, so that a later prepare knows
@@ -361,34 +346,6 @@ func checkIgnored(ctx context.Context, g *Git, o Options) error {
 			strings.Join(seen, ", "))
 	}
 	return nil
-}
-
-// stillLinked returns the paths some checkout that reads the exclude file still has a symlink
-// at: any worktree of the mirror in worktree mode, the clone itself otherwise. Any symlink counts,
-// ours or not: an exclusion is dropped only when no one could commit what it hid.
-func stillLinked(ctx context.Context, g *Git, o Options, paths []string) ([]string, error) {
-	checkouts := []string{o.Path}
-	if o.Mode == agentsv1alpha1.WorkspaceWorktree {
-		list, err := g.Run(ctx, o.MirrorPath, "worktree", "list", "--porcelain")
-		if err != nil {
-			return nil, err
-		}
-		for _, line := range strings.Split(list, "\n") {
-			if wt, ok := strings.CutPrefix(line, "worktree "); ok {
-				checkouts = append(checkouts, wt)
-			}
-		}
-	}
-	var out []string
-	for _, p := range paths {
-		for _, c := range checkouts {
-			if fi, err := os.Lstat(filepath.Join(c, p)); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-				out = append(out, p)
-				break
-			}
-		}
-	}
-	return out, nil
 }
 
 // readExcludeBlock returns the paths in the runner's block of an exclude file.

@@ -39,13 +39,12 @@ func TestSharedPathsAreLinkedAndInvisibleToGit(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			g := NewWithT(t)
 			f := newFixture(t)
-			ctx := context.Background()
 			o := f.sharedOpts(mode, "s1", "shepherd/shared", "node_modules", "web/node_modules")
 			var out strings.Builder
 			o.SetupOutput = &out
 			// The setup commands run after the links exist, so they fill the cache.
 			o.Setup = []agentsv1alpha1.SetupCommand{{Name: "install", Command: []string{"sh", "-c", "echo v1 > node_modules/pkg && echo v1 > web/node_modules/pkg"}}}
-			res, err := Prepare(ctx, f.git, o)
+			res, err := f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(res.Setup.State).To(Equal(agentsv1alpha1.SetupSucceeded))
 			expectLinked(g, o, "node_modules")
@@ -72,7 +71,7 @@ func TestSharedPathsAreLinkedAndInvisibleToGit(t *testing.T) {
 			g.Expect(string(before)).To(ContainSubstring("\n/node_modules\n/web/node_modules\n"))
 			linkIno := lstatIno(t, filepath.Join(o.Path, "node_modules"))
 			out.Reset()
-			res, err = Prepare(ctx, f.git, o)
+			res, err = f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(res.Restored).To(BeTrue())
 			g.Expect(res.Setup).To(Equal(SetupResult{State: agentsv1alpha1.SetupSucceeded, Skipped: true}))
@@ -95,24 +94,16 @@ func lstatIno(t *testing.T, p string) uint64 {
 	return statIno(st)
 }
 
-func TestSharedPathsExcludedInTheMirrorForEveryWorktree(t *testing.T) {
+func TestSharedPathsExcludedInTheCheckoutsOwnExclude(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
 	o := f.sharedOpts(agentsv1alpha1.WorkspaceWorktree, "wt-ex", "shepherd/ex", "node_modules")
-	_, err := Prepare(context.Background(), f.git, o)
+	_, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	gitDir := f.run(t, o.Path, "rev-parse", "--absolute-git-dir")
-	g.Expect(gitDir).To(HavePrefix(filepath.Join(o.MirrorPath, "worktrees")))
-	// git reads info/exclude from the common directory: the mirror's, not the worktree's own.
-	g.Expect(f.run(t, o.Path, "rev-parse", "--path-format=absolute", "--git-path", "info/exclude")).To(Equal(filepath.Join(o.MirrorPath, "info", "exclude")))
-	g.Expect(filepath.Join(gitDir, "info", "exclude")).NotTo(BeAnExistingFile())
-	// A worktree's own info/exclude is not read at all, which is why the block is the mirror's.
-	g.Expect(os.MkdirAll(filepath.Join(gitDir, "info"), 0o755)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(gitDir, "info", "exclude"), []byte("/scratch\n"), 0o644)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(o.Path, "scratch"), nil, 0o644)).To(Succeed())
-	g.Expect(f.run(t, o.Path, "status", "--porcelain")).To(Equal("?? scratch"))
-	g.Expect(os.Remove(filepath.Join(o.Path, "scratch"))).To(Succeed())
-	g.Expect(f.run(t, o.Path, "check-ignore", "-v", "node_modules")).To(HavePrefix(filepath.Join(o.MirrorPath, "info", "exclude") + ":"))
+	g.Expect(gitDir).To(Equal(filepath.Join(o.Path, ".git")), "a repository of its own, not a worktree of the mirror")
+	g.Expect(f.run(t, o.Path, "check-ignore", "-v", "node_modules")).To(HavePrefix(".git/info/exclude:"))
+	g.Expect(readExcludeBlock(filepath.Join(o.MirrorPath, "info", "exclude"))).To(BeEmpty(), "nothing written to the mirror, which agents only read")
 }
 
 func TestSharedPathsTwoWorktreesAndACloneShareOneCache(t *testing.T) {
@@ -135,7 +126,7 @@ func TestSharedPathsTwoWorktreesAndACloneShareOneCache(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = Prepare(context.Background(), f.git, opts[i])
+			_, errs[i] = f.prepare(opts[i])
 		}()
 	}
 	wg.Wait()
@@ -165,11 +156,10 @@ func TestSharedPathWithUntrackedContentIsMovedAside(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			g := NewWithT(t)
 			f := newFixture(t)
-			ctx := context.Background()
 			// A checkout from before the path was shared: its setup filled node_modules in place.
 			o := f.opts(mode, "old", "shepherd/old")
 			o.Setup = []agentsv1alpha1.SetupCommand{{Name: "install", Command: []string{"sh", "-c", "mkdir -p node_modules && echo local > node_modules/pkg"}}}
-			_, err := Prepare(ctx, f.git, o)
+			_, err := f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(filepath.Join(o.Path, "node_modules", "pkg")).To(BeARegularFile())
 			g.Expect(os.WriteFile(filepath.Join(o.Path, "dist"), []byte("a file"), 0o644)).To(Succeed())
@@ -178,7 +168,7 @@ func TestSharedPathWithUntrackedContentIsMovedAside(t *testing.T) {
 			o.SharedPaths, o.SharedDir = []string{"node_modules", "dist", "empty"}, filepath.Join(f.root, "shared")
 			var out strings.Builder
 			o.SetupOutput = &out
-			res, err := Prepare(ctx, f.git, o)
+			res, err := f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			gitDir := f.run(t, o.Path, "rev-parse", "--absolute-git-dir")
 			aside := filepath.Join(StateDir(gitDir), "unshared")
@@ -197,7 +187,7 @@ func TestSharedPathWithUntrackedContentIsMovedAside(t *testing.T) {
 			// Again after something replaced a link: moved aside next to the first, never over it.
 			g.Expect(os.Remove(filepath.Join(o.Path, "dist"))).To(Succeed())
 			g.Expect(os.WriteFile(filepath.Join(o.Path, "dist"), []byte("second"), 0o644)).To(Succeed())
-			_, err = Prepare(ctx, f.git, o)
+			_, err = f.prepare(o)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(os.ReadFile(filepath.Join(aside, "dist.1"))).To(Equal([]byte("second")))
 			g.Expect(os.ReadFile(filepath.Join(aside, "dist"))).To(Equal([]byte("a file")))
@@ -228,7 +218,7 @@ func TestSharedPathsRefusedWhenTheyCannotBeShared(t *testing.T) {
 				g.Expect(err).NotTo(HaveOccurred())
 				o := f.sharedOpts(mode, "refused", "shepherd/refused", c.paths...)
 				o.RemoteURL = f.srv.URL("acme/other")
-				_, err = Prepare(context.Background(), f.git, o)
+				_, err = f.prepare(o)
 				g.Expect(err).To(MatchError(ContainSubstring(c.want)))
 				for name := range c.files {
 					g.Expect(filepath.Join(o.Path, name)).To(BeARegularFile(), "tracked content is untouched")
@@ -242,45 +232,47 @@ func TestSharedPathsRefusedWhenTheyCannotBeShared(t *testing.T) {
 func TestSharedPathsNoLongerSharedAreUnlinked(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
-	ctx := context.Background()
 	a := f.sharedOpts(agentsv1alpha1.WorkspaceWorktree, "wt-a", "shepherd/a", "node_modules", "dist")
 	b := f.sharedOpts(agentsv1alpha1.WorkspaceWorktree, "wt-b", "shepherd/b", "node_modules", "dist")
 	for _, o := range []Options{a, b} {
-		_, err := Prepare(ctx, f.git, o)
+		_, err := f.prepare(o)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	exclude := filepath.Join(a.MirrorPath, "info", "exclude")
-	// Someone's own line in the mirror's exclude file stays whatever the runner does.
-	own, err := os.ReadFile(exclude)
+	excludeOf := func(o Options) string { return filepath.Join(o.Path, ".git", "info", "exclude") }
+	// Someone's own line in the checkout's exclude file stays whatever the runner does.
+	own, err := os.ReadFile(excludeOf(a))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(os.WriteFile(exclude, append(own, []byte("*.local\n")...), 0o644)).To(Succeed())
+	g.Expect(os.WriteFile(excludeOf(a), append(own, []byte("*.local\n")...), 0o644)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(a.SharedDir, "dist", "bundle.js"), []byte("js"), 0o644)).To(Succeed())
 
-	// wt-a stops sharing dist: its link goes, the cache stays, and the exclusion stays while
-	// wt-b (whose agent may be running) still has its link.
+	// wt-a stops sharing dist: its link goes, the cache stays; wt-b, with its own exclude file,
+	// keeps its link and its exclusion.
 	a.SharedPaths = []string{"node_modules"}
-	_, err = Prepare(ctx, f.git, a)
+	_, err = f.prepare(a)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(filepath.Join(a.Path, "dist")).NotTo(BeAnExistingFile())
 	expectLinked(g, a, "node_modules")
 	g.Expect(filepath.Join(a.SharedDir, "dist", "bundle.js")).To(BeARegularFile())
-	g.Expect(readExcludeBlock(exclude)).To(ConsistOf("node_modules", "dist"))
+	g.Expect(readExcludeBlock(excludeOf(a))).To(ConsistOf("node_modules"))
+	g.Expect(readExcludeBlock(excludeOf(b))).To(ConsistOf("node_modules", "dist"))
+	f.expectClean(t, g, a.Path)
 	f.expectClean(t, g, b.Path)
 
-	b.SharedPaths = []string{"node_modules"}
-	_, err = Prepare(ctx, f.git, b)
+	// A link someone else put where a path was shared keeps its exclusion: committing it would
+	// push a symlink into the repository.
+	g.Expect(os.Symlink(filepath.Join(a.SharedDir, "dist"), filepath.Join(a.Path, "dist"))).To(Succeed())
+	g.Expect(writeExcludeBlock(excludeOf(a), []string{"node_modules", "dist"})).To(Succeed())
+	_, err = f.prepare(a)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(readExcludeBlock(exclude)).To(ConsistOf("node_modules"))
+	g.Expect(readExcludeBlock(excludeOf(a))).To(ConsistOf("node_modules", "dist"))
+	g.Expect(os.Remove(filepath.Join(a.Path, "dist"))).To(Succeed())
 
 	// Nothing shared any more: links and block go, the other lines stay.
-	for _, o := range []Options{a, b} {
-		o.SharedPaths, o.SharedDir = nil, ""
-		_, err = Prepare(ctx, f.git, o)
-		g.Expect(err).NotTo(HaveOccurred())
-	}
+	a.SharedPaths, a.SharedDir = nil, ""
+	_, err = f.prepare(a)
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(filepath.Join(a.Path, "node_modules")).NotTo(BeAnExistingFile())
-	g.Expect(filepath.Join(b.Path, "node_modules")).NotTo(BeAnExistingFile())
-	left, err := os.ReadFile(exclude)
+	left, err := os.ReadFile(excludeOf(a))
 	g.Expect(err).NotTo(HaveOccurred())
 	outside, _, _ := splitExclude(own)
 	g.Expect(string(left)).To(Equal(strings.Join(outside, "\n") + "\n*.local\n"))

@@ -20,20 +20,21 @@ import (
 //
 // Layout, on the volume of the worktrees (a claim is a rename, which must not cross volumes):
 //
-//	<worktrees>/.spares/spare-<id>        a worktree of the mirror, detached at the base, locked
+//	<worktrees>/.spares/spare-<id>        a checkout borrowing the mirror's objects, detached at the base
 //	<worktrees>/.spares/spare-<id>.ready  made once the checkout is complete; removing it claims it
 //	<worktrees>/.spares/.fill.lock        held by the one runner filling the spares
 //
-// A spare is made with `git worktree add --detach --lock`: detached, so it holds no branch a
-// session might want; locked, so that a `git worktree prune` run by another prepare while the
-// spare is being made or after it moved never drops its admin entry. Worktree names are DNS
-// labels, so ".spares" never collides with a session's checkout.
+// Spares are made by the runner, in its own trust domain: a spare becomes another session's
+// checkout, so no agent may ever write one. Agents' pods do not mount the spares directory. The
+// files are group-writable (the runner's umask and core.sharedRepository=group) so that the
+// agent of the session that claims it, in the pod's fsGroup, can work in it. Worktree names are
+// DNS labels, so ".spares" never collides with a session's checkout.
 //
-// Claiming (under the mirror lock, in prepare): remove a spare's marker (exactly one claimer can),
-// rename its directory to the session's checkout path, `git worktree repair` it (the admin entry
-// still names the old path), unlock it, and switch it to the session's branch, which writes only
-// the files that differ from the spare's commit. A spare that fails any step is discarded and the
-// next one tried; with none left, prepare adds the worktree as before.
+// Claiming (the runner, under the mirror lock, before the session's prepare starts): remove a
+// spare's marker (exactly one claimer can) and rename its directory to the session's checkout
+// path; no git runs. Prepare then finds the checkout with the spare marker in its git dir,
+// points its origin at the session's remote and switches it to the session's branch, which
+// writes only the files that differ from the spare's commit.
 
 // SpareDir is where the spares of the worktrees in worktreesDir live.
 func SpareDir(worktreePath string) string {
@@ -43,12 +44,11 @@ func SpareDir(worktreePath string) string {
 const (
 	spareReadySuffix = ".ready"
 	sparePrefix      = "spare-"
-	spareLockReason  = "shepherd spare worktree"
 )
 
 // Spares says which spares to keep.
 type Spares struct {
-	// Mirror is the Project's bare mirror the spares are worktrees of.
+	// Mirror is the Project's bare mirror the spares borrow from.
 	Mirror string
 	// Dir holds the spares (SpareDir of the session's checkout).
 	Dir string
@@ -56,6 +56,8 @@ type Spares struct {
 	Base string
 	// Count is how many spares to keep ready; extra ones are removed.
 	Count int
+	// Remote is the spares' origin until a session claims one.
+	Remote string
 }
 
 // readySpares lists the ids of the spares whose marker exists, oldest name first.
@@ -77,12 +79,9 @@ func readySpares(dir string) ([]string, error) {
 	return ids, nil
 }
 
-// claimSpare moves a ready spare to path and leaves it a clean worktree of the mirror, detached
-// at the spare's commit. It reports false when no spare could be claimed (none ready, or every
-// one failed and was discarded). The caller holds the mirror lock and path does not exist or is
-// an empty directory.
-func claimSpare(ctx context.Context, g *Git, mirror, path string) (bool, error) {
-	dir := SpareDir(path)
+// ClaimSpare moves a ready spare of dir to path, which must be missing or an empty directory,
+// and reports whether it did. It runs no git. The caller holds the mirror lock.
+func ClaimSpare(dir, path string) (bool, error) {
 	ids, err := readySpares(dir)
 	if err != nil || len(ids) == 0 {
 		return false, err
@@ -92,13 +91,12 @@ func claimSpare(ctx context.Context, g *Git, mirror, path string) (bool, error) 
 		if err := os.Remove(filepath.Join(dir, id+spareReadySuffix)); err != nil {
 			continue
 		}
-		src := filepath.Join(dir, id)
-		if err := claimOne(ctx, g, mirror, src, path); err != nil {
-			if g.Log != nil {
-				fmt.Fprintf(g.Log, "spare %s not usable, discarded: %v\n", id, err)
+		// rename(2) replaces an empty directory, and fails on a full one.
+		if err := os.Rename(filepath.Join(dir, id), path); err != nil {
+			_ = os.RemoveAll(filepath.Join(dir, id))
+			if entries, rerr := os.ReadDir(path); rerr == nil && len(entries) > 0 {
+				return false, nil // something is already there: prepare restores or refuses it
 			}
-			discardSpare(ctx, g, mirror, src)
-			discardSpare(ctx, g, mirror, path)
 			continue
 		}
 		return true, nil
@@ -106,51 +104,15 @@ func claimSpare(ctx context.Context, g *Git, mirror, path string) (bool, error) 
 	return false, nil
 }
 
-func claimOne(ctx context.Context, g *Git, mirror, src, path string) error {
-	// rename(2) replaces an empty directory; anything else at path was refused by inspect.
-	if err := os.Rename(src, path); err != nil {
-		return fmt.Errorf("move spare to %s: %w", path, err)
-	}
-	if _, err := g.Run(ctx, mirror, "worktree", "repair", path); err != nil {
-		return err
-	}
-	if _, err := g.Run(ctx, mirror, "worktree", "unlock", path); err != nil {
-		return err
-	}
-	state, err := inspect(ctx, g, path)
-	if err != nil {
-		return err
-	}
-	if state != pathCheckout {
-		return fmt.Errorf("git cannot open the moved spare")
-	}
-	common, err := g.Run(ctx, path, "rev-parse", "--path-format=absolute", "--git-common-dir")
-	if err != nil {
-		return err
-	}
-	if filepath.Clean(common) != filepath.Clean(mirror) {
-		return fmt.Errorf("spare belongs to %s, not to the mirror %s", common, mirror)
-	}
-	return nil
-}
-
-// discardSpare removes a spare (or a failed claim) and its admin entry, whatever state it is in.
-func discardSpare(ctx context.Context, g *Git, mirror, path string) {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return
-	}
-	_, _ = g.Run(ctx, mirror, "worktree", "unlock", path)
-	if _, err := g.Run(ctx, mirror, "worktree", "remove", "--force", path); err != nil {
-		_ = os.RemoveAll(path)
-		_, _ = g.Run(ctx, mirror, "worktree", "prune")
-	}
-}
+// discardSpare removes a spare, whatever state it is in.
+func discardSpare(path string) { _ = os.RemoveAll(path) }
 
 // FillSpares makes spares until s.Count are ready and removes any beyond it. It returns how many
 // it made. Only one runner fills at a time (a lock on the spares dir, not waited for: when
 // another runner holds it, FillSpares returns at once). Spares left half-made by a runner that
 // was stopped are removed first. The mirror lock is taken only for the short mutations (prune),
 // never for the checkout itself, so a session preparing meanwhile is not held up by a fill.
+// s.Remote is the origin the spares are given until claimed (the session's remote replaces it).
 func FillSpares(ctx context.Context, g *Git, s Spares) (int, error) {
 	if s.Count < 0 {
 		return 0, fmt.Errorf("spare count must not be negative")
@@ -211,7 +173,7 @@ func trimSpares(ctx context.Context, g *Git, s Spares) ([]string, error) {
 	}
 	for _, e := range entries {
 		if e.IsDir() && strings.HasPrefix(e.Name(), sparePrefix) && !isReady[e.Name()] {
-			discardSpare(ctx, g, s.Mirror, filepath.Join(s.Dir, e.Name()))
+			discardSpare(filepath.Join(s.Dir, e.Name()))
 		}
 	}
 	// Too many (the Project asked for fewer): drop the newest first.
@@ -219,26 +181,36 @@ func trimSpares(ctx context.Context, g *Git, s Spares) ([]string, error) {
 		id := ready[len(ready)-1]
 		ready = ready[:len(ready)-1]
 		if err := os.Remove(filepath.Join(s.Dir, id+spareReadySuffix)); err == nil {
-			discardSpare(ctx, g, s.Mirror, filepath.Join(s.Dir, id))
+			discardSpare(filepath.Join(s.Dir, id))
 		}
 	}
 	return ready, nil
 }
 
 func makeSpare(ctx context.Context, g *Git, s Spares) error {
-	start, err := resolveBase(ctx, g, s.Mirror, s.Base)
-	if err != nil {
-		return err
-	}
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return fmt.Errorf("spare id: %w", err)
 	}
 	id := sparePrefix + hex.EncodeToString(b[:])
 	path := filepath.Join(s.Dir, id)
-	if _, err := g.Run(ctx, s.Mirror, "worktree", "add", "--quiet", "--detach", "--lock", "--reason", spareLockReason, path, start); err != nil {
-		discardSpare(context.WithoutCancel(ctx), g, s.Mirror, path)
+	fail := func(err error) error {
+		discardSpare(path)
 		return err
+	}
+	if err := initBorrowing(ctx, g, path, s.Mirror, s.Remote); err != nil {
+		return fail(err)
+	}
+	// Group-writable, so that the agent of the session that claims it can work in it.
+	if _, err := g.Run(ctx, path, "config", "core.sharedRepository", "group"); err != nil {
+		return fail(err)
+	}
+	start, err := resolveBase(ctx, g, path, s.Base)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := g.Run(ctx, path, "checkout", "--quiet", "--detach", start); err != nil {
+		return fail(err)
 	}
 	// Files written in the same second as the index are "racily clean": git cannot trust their
 	// stat data and re-reads them on every later check, which made the claim's branch switch take
@@ -247,17 +219,17 @@ func makeSpare(ctx context.Context, g *Git, s Spares) error {
 	select {
 	case <-time.After(racyWait):
 	case <-ctx.Done():
-		discardSpare(context.WithoutCancel(ctx), g, s.Mirror, path)
-		return ctx.Err()
+		return fail(ctx.Err())
 	}
 	if _, err := g.Run(ctx, path, "update-index", "-q", "--refresh"); err != nil {
-		discardSpare(context.WithoutCancel(ctx), g, s.Mirror, path)
-		return err
+		return fail(err)
+	}
+	if err := os.WriteFile(filepath.Join(path, ".git", spareMarker), []byte(id+"\n"), 0o664); err != nil {
+		return fail(fmt.Errorf("mark the spare: %w", err))
 	}
 	f, err := os.OpenFile(filepath.Join(s.Dir, id+spareReadySuffix), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
-		discardSpare(context.WithoutCancel(ctx), g, s.Mirror, path)
-		return fmt.Errorf("mark spare ready: %w", err)
+		return fail(fmt.Errorf("mark spare ready: %w", err))
 	}
 	return f.Close()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -23,7 +22,7 @@ func spareFixture(t *testing.T) (*fixture, Spares) {
 	t.Cleanup(func() { racyWait = wait })
 	f := newFixture(t)
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-0", "shepherd/first")
-	_, err := Prepare(context.Background(), f.git, o)
+	_, err := f.prepare(o)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return f, Spares{Mirror: o.MirrorPath, Dir: SpareDir(o.Path), Base: "main", Count: 2}
 }
@@ -39,39 +38,31 @@ func withSpares(t *testing.T, count int) (*fixture, Spares) {
 	return f, s
 }
 
-// worktreeList is the mirror's `git worktree list --porcelain`, one entry per worktree.
-func (f *fixture) worktreeList(t *testing.T, mirror string) []string {
-	t.Helper()
-	var entries []string
-	for _, e := range strings.Split(f.run(t, mirror, "worktree", "list", "--porcelain"), "\n\n") {
-		if e = strings.TrimSpace(e); e != "" && !strings.Contains(e, "\nbare") {
-			entries = append(entries, e)
-		}
-	}
-	return entries
-}
-
 func TestSpareIsClaimedInsteadOfCheckedOut(t *testing.T) {
 	g := NewWithT(t)
 	f, s := spareFixture(t)
+	s.Remote = f.url
 	made, err := FillSpares(context.Background(), f.git, s)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(made).To(Equal(2))
 	ready, err := readySpares(s.Dir)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ready).To(HaveLen(2))
-	// Locked while spare, so no prepare's `git worktree prune` can drop their admin entries.
-	list := f.worktreeList(t, s.Mirror)
-	g.Expect(list).To(HaveLen(3))
-	g.Expect(strings.Count(strings.Join(list, "\n"), "locked "+spareLockReason)).To(Equal(2))
 	spare := filepath.Join(s.Dir, ready[0])
+	// A spare is a borrowing checkout, detached at the base, group-writable for the agent that
+	// claims it.
+	ok, err := borrowsFrom(spare, s.Mirror)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeTrue())
+	g.Expect(f.run(t, spare, "config", "--get", "core.sharedRepository")).To(Equal("group"))
+	g.Expect(filepath.Join(spare, ".git", spareMarker)).To(BeARegularFile())
 	readmeInode := inodeOf(t, filepath.Join(spare, "README.md"))
 
 	// The base moves after the spares were made: the claim fetches and switches to the new base,
 	// writing only what changed.
 	newBase := f.pushCommit(t, "main", "upstream.txt")
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-1", hostileBranch)
-	res, err := Prepare(context.Background(), f.git, o)
+	res, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Spare).To(BeTrue())
 	g.Expect(res.Restored).To(BeFalse())
@@ -80,30 +71,22 @@ func TestSpareIsClaimedInsteadOfCheckedOut(t *testing.T) {
 	g.Expect(filepath.Join(o.Path, "upstream.txt")).To(BeARegularFile())
 	g.Expect(inodeOf(t, filepath.Join(o.Path, "README.md"))).To(Equal(readmeInode), "the spare's files were kept, not rewritten")
 	g.Expect(spare).NotTo(BeADirectory())
+	g.Expect(filepath.Join(o.Path, ".git", spareMarker)).NotTo(BeAnExistingFile(), "claimed")
+	g.Expect(f.run(t, o.Path, "config", "--get", "remote.origin.url")).To(Equal(o.RemoteURL))
 	ready, _ = readySpares(s.Dir)
 	g.Expect(ready).To(HaveLen(1))
-	// The claimed checkout is an ordinary worktree: unlocked, at its new path, removable.
-	list = f.worktreeList(t, s.Mirror)
-	g.Expect(list).To(ContainElement(And(HavePrefix("worktree "+o.Path+"\n"), ContainSubstring("branch refs/heads/"+hostileBranch), Not(ContainSubstring("locked")))))
 	f.run(t, o.Path, "commit", "-q", "--allow-empty", "-m", "work")
-	work := f.run(t, o.Path, "rev-parse", "HEAD")
-
-	// Its directory vanishes (a node lost its volume's contents): the next prepare claims the
-	// other spare and puts it on the kept branch.
-	g.Expect(os.RemoveAll(o.Path)).To(Succeed())
-	res, err = Prepare(context.Background(), f.git, o)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(res.Spare).To(BeTrue())
-	g.Expect(res.BranchAction).To(Equal(BranchExisting))
-	g.Expect(res.Facts.Head).To(Equal(work))
 	g.Expect(Remove(context.Background(), f.git, agentsv1alpha1.WorkspaceWorktree, o.Path, s.Mirror)).To(Succeed())
 
-	// No spare left: prepare adds the worktree as before.
-	o2 := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-2", "shepherd/two")
-	res, err = Prepare(context.Background(), f.git, o2)
+	// The other spare goes to the next session; with none left, prepare checks out as before.
+	res, err = f.prepare(f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-2", "shepherd/two"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Spare).To(BeTrue())
+	o3 := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-3", "shepherd/three")
+	res, err = f.prepare(o3)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Spare).To(BeFalse())
-	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/two", Head: newBase}))
+	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/three", Head: newBase}))
 	f.run(t, s.Mirror, "fsck", "--no-progress")
 }
 
@@ -114,7 +97,7 @@ func TestSpareOnAnUnmovedBase(t *testing.T) {
 	f, s := withSpares(t, 1)
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-1", "shepherd/unmoved")
 	spare, _ := readySpares(s.Dir)
-	res, err := Prepare(context.Background(), f.git, o)
+	res, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Spare).To(BeTrue())
 	g.Expect(res.BranchAction).To(Equal(BranchCreated))
@@ -122,9 +105,22 @@ func TestSpareOnAnUnmovedBase(t *testing.T) {
 	g.Expect(filepath.Join(s.Dir, spare[0])).NotTo(BeADirectory(), "the spare was moved to the checkout")
 	g.Expect(f.run(t, o.Path, "reflog", "-1", "--format=%gs")).To(Equal("checkout: moving from " + f.head + " to shepherd/unmoved"))
 	_, err = f.git.Run(context.Background(), o.Path, "rev-parse", "--abbrev-ref", "@{upstream}")
-	g.Expect(err).To(HaveOccurred(), "a new branch tracks nothing, as with worktree add --no-track")
+	g.Expect(err).To(HaveOccurred(), "a new branch tracks nothing")
 	f.run(t, o.Path, "commit", "-q", "--allow-empty", "-m", "work")
 	g.Expect(f.run(t, o.Path, "status", "--porcelain")).To(BeEmpty())
+}
+
+// TestClaimNeverTakesAFullCheckoutDir: a spare is only moved onto a missing or empty directory.
+func TestClaimNeverTakesAFullCheckoutDir(t *testing.T) {
+	g := NewWithT(t)
+	_, s := withSpares(t, 1)
+	full := filepath.Join(filepath.Dir(s.Dir), "busy")
+	g.Expect(os.MkdirAll(full, 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(full, "mine.txt"), []byte("mine"), 0o644)).To(Succeed())
+	claimed, err := ClaimSpare(s.Dir, full)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(claimed).To(BeFalse())
+	g.Expect(filepath.Join(full, "mine.txt")).To(BeARegularFile())
 }
 
 func TestFillSparesKeepsTheCount(t *testing.T) {
@@ -141,7 +137,6 @@ func TestFillSparesKeepsTheCount(t *testing.T) {
 		g.Expect(made).To(Equal(step.made), "count %d", step.count)
 		ready, _ := readySpares(s.Dir)
 		g.Expect(ready).To(HaveLen(step.count))
-		g.Expect(f.worktreeList(t, s.Mirror)).To(HaveLen(1+step.count), "wt-0 and the spares, nothing left behind")
 		dirs, _ := filepath.Glob(filepath.Join(s.Dir, sparePrefix+"*"))
 		g.Expect(dirs).To(HaveLen(2*step.count), "a directory and a marker per spare")
 	}
@@ -150,14 +145,13 @@ func TestFillSparesKeepsTheCount(t *testing.T) {
 func TestHalfMadeSpareIsRemoved(t *testing.T) {
 	g := NewWithT(t)
 	f, s := spareFixture(t)
-	// A runner stopped in the middle of a fill: the worktree exists, locked, without its marker.
+	// A runner stopped in the middle of a fill: a checkout without its ready marker.
 	half := filepath.Join(s.Dir, sparePrefix+"000000000000")
-	f.run(t, s.Mirror, "worktree", "add", "--quiet", "--detach", "--lock", "--reason", spareLockReason, half, "origin/main")
-	g.Expect(os.Remove(filepath.Join(half, "README.md"))).To(Succeed())
+	g.Expect(initBorrowing(context.Background(), f.git, half, s.Mirror, f.url)).To(Succeed())
 
 	// Never claimed...
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-1", "shepherd/one")
-	res, err := Prepare(context.Background(), f.git, o)
+	res, err := f.prepare(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Spare).To(BeFalse())
 	g.Expect(half).To(BeADirectory())
@@ -167,27 +161,21 @@ func TestHalfMadeSpareIsRemoved(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(made).To(Equal(1))
 	g.Expect(half).NotTo(BeADirectory())
-	g.Expect(f.worktreeList(t, s.Mirror)).To(HaveLen(3), "wt-0, wt-1 and the new spare")
+	ready, _ := readySpares(s.Dir)
+	g.Expect(ready).To(HaveLen(1))
 }
 
-func TestUnusableSpareIsDiscarded(t *testing.T) {
+func TestUnusableSpareIsRefusedByPrepare(t *testing.T) {
 	g := NewWithT(t)
 	f, s := withSpares(t, 1)
 	ready, _ := readySpares(s.Dir)
-	// Its admin entry went missing (someone ran `git worktree remove` by hand, then restored the
-	// directory): git cannot open it, repair cannot relink it.
+	// Its objects link went missing (someone edited it by hand): it borrows from no mirror.
 	spare := filepath.Join(s.Dir, ready[0])
-	f.run(t, s.Mirror, "worktree", "unlock", spare)
-	g.Expect(os.RemoveAll(filepath.Join(s.Mirror, "worktrees", ready[0]))).To(Succeed())
+	g.Expect(os.Remove(filepath.Join(spare, ".git", "objects", "info", "alternates"))).To(Succeed())
 
 	o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-1", "shepherd/one")
-	res, err := Prepare(context.Background(), f.git, o)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(res.Spare).To(BeFalse(), "the broken spare was discarded and the worktree added")
-	g.Expect(res.Facts).To(Equal(Facts{Branch: "shepherd/one", Head: f.head}))
-	g.Expect(spare).NotTo(BeADirectory())
-	ready, _ = readySpares(s.Dir)
-	g.Expect(ready).To(BeEmpty())
+	_, err := f.prepare(o)
+	g.Expect(err).To(MatchError(ContainSubstring("does not borrow from the mirror")), "refused, never guessed at")
 }
 
 func TestConcurrentClaimsTakeEachSpareOnce(t *testing.T) {
@@ -200,7 +188,7 @@ func TestConcurrentClaimsTakeEachSpareOnce(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			o := f.opts(agentsv1alpha1.WorkspaceWorktree, "wt-"+string(rune('a'+i)), "shepherd/s-"+string(rune('a'+i)))
-			results[i], errs[i] = Prepare(context.Background(), f.git, o)
+			results[i], errs[i] = f.prepare(o)
 		})
 	}
 	// A fill running meanwhile neither blocks the claims nor takes a spare being claimed.

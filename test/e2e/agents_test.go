@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -202,7 +203,7 @@ func realAgentSession(ctx context.Context, c *cluster, a realAgent) {
 		Title:      "Note the agent's user",
 		Repository: repoURL, Branch: branch, BaseBranch: "main",
 	})
-	ch.backend.SetCredentials(srv.Addr(), runnerapi.Credentials{Username: srv.Username, Password: srv.Password, ExpiresAt: time.Now().Add(time.Hour)})
+	ch.backend.SetGitRemote(repoURL, http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte(srv.Username+":"+srv.Password))}})
 
 	// The model's side of the conversation: one call of the CLI's shell tool that edits
 	// README.md and commits, then the turn's summary.
@@ -239,7 +240,7 @@ func realAgentSession(ctx context.Context, c *cluster, a realAgent) {
 	Expect(gitOut(bare, "show", branch+":README.md")).To(Equal("# widgets\nEdited by "+a.name+" running as uid 65532."),
 		"%s's shell tool ran as the pod's non-root user", a.name)
 	Expect(gitOut(bare, "log", "-1", "--format=%an <%ae>", branch)).To(Equal("Shepherd Agent <agent@shepherd.invalid>"))
-	Expect(ch.backend.CredentialRequests()).To(BeNumerically(">=", 2), "the clone and the push authenticated through the runner's credential helper")
+	Expect(ch.backend.GitRequests()).To(BeNumerically(">=", 2), "the clone and the push went through the channel's git endpoint")
 
 	By(fmt.Sprintf("the runner reports the turn from %s's own output", a.name))
 	Eventually(func() *runnerapi.ActivityReport { return ch.backend.Activity(session) }).

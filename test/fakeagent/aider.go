@@ -96,6 +96,8 @@ func aider(args []string) error {
 				return err
 			}
 			e.println(fmt.Sprintf("Commit %s %s", sha, st.Commit))
+		case st.Run != nil:
+			_ = e.run(st.Run)
 		case st.Sleep != "":
 			sleep(st.Sleep)
 		case st.Retry != "":

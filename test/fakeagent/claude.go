@@ -113,6 +113,10 @@ func claude(args []string) error {
 				return err
 			}
 			toolResult(id, fmt.Sprintf("[%s] %s", sha, st.Commit), false)
+		case st.Run != nil:
+			id := newID("toolu_")
+			assistant(map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": map[string]any{"command": strings.Join(st.Run, " ")}})
+			toolResult(id, e.run(st.Run), false)
 		case st.Sleep != "":
 			sleep(st.Sleep)
 		case st.Retry != "":

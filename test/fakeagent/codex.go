@@ -104,6 +104,8 @@ func codex(args []string) error {
 				it["status"], it["exit_code"], it["aggregated_output"] = "completed", 0, fmt.Sprintf("[%s] %s\n", sha, st.Commit)
 			}
 			e.emit(map[string]any{"type": "item.completed", "item": it})
+		case st.Run != nil:
+			_ = e.run(st.Run)
 		case st.Sleep != "":
 			sleep(st.Sleep)
 		case st.Retry != "":

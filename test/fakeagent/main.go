@@ -65,6 +65,17 @@ type Step struct {
 	// Exit crashes: prints Stderr to stderr and exits with this code, mid-output.
 	Exit   int    `json:"exit,omitempty"`
 	Stderr string `json:"stderr,omitempty"`
+	// Run runs a program (an argument list, no shell) in the checkout, as an agent's shell tool
+	// would when a prompt steers it; its exit code and output go to runs.jsonl in the state
+	// folder and are printed as the tool's result. The turn goes on whatever it returned.
+	Run []string `json:"run,omitempty"`
+}
+
+// RunRecord is one Run step's outcome, as recorded in runs.jsonl.
+type RunRecord struct {
+	Args   []string `json:"args"`
+	Exit   int      `json:"exit"`
+	Output string   `json:"output"`
 }
 
 // WriteStep writes Content to Path (relative to the checkout).
@@ -235,6 +246,31 @@ func (e *env) commit(msg string) (string, error) {
 		return "", fmt.Errorf("rev-parse: %w", err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// run runs a Run step and records it.
+func (e *env) run(args []string) string {
+	rec := RunRecord{Args: args}
+	if len(args) == 0 {
+		rec.Exit, rec.Output = 127, "run: no program"
+	} else {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = e.dir
+		out, err := cmd.CombinedOutput()
+		rec.Output = string(out)
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			rec.Exit = ee.ExitCode()
+		case err != nil:
+			rec.Exit, rec.Output = 127, err.Error()
+		}
+	}
+	if f, err := os.OpenFile(filepath.Join(e.state, "runs.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+		_ = json.NewEncoder(f).Encode(rec)
+		_ = f.Close()
+	}
+	return fmt.Sprintf("exit %d: %s", rec.Exit, rec.Output)
 }
 
 func sleep(s string) {

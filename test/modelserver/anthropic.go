@@ -113,7 +113,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, req request, reply Reply, 
 		return
 	}
 
-	stream := newSSE(w)
+	stream := newSSE(w).holdAfterFirst(req.ctx, reply.Hold)
 	stream.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil, "usage": anthropicUsage(usage, 1)}})

@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 )
 
-// What a recorded request carried, read from either API's body: the Messages API's messages
-// (role user/assistant, content a string or blocks of text, tool_use and tool_result) or the
+// What a recorded request carried, read from each API's body: the Messages API's messages
+// (role user/assistant, content a string or blocks of text, tool_use and tool_result), the
 // Responses API's input (a string, or items: messages with input_text/output_text parts,
-// function_call_output and custom_tool_call_output).
+// function_call_output and custom_tool_call_output), or Chat Completions' messages (role
+// system/user/assistant/tool, content a string or text parts; tool results are role tool).
 
 // Model is the model the request named.
 func (r Request) Model() string {
@@ -44,6 +45,12 @@ func (r Request) ToolResults() []string {
 				out = append(out, contentText(it.Output)...)
 			}
 		}
+	case APIChatCompletions:
+		for _, m := range r.messages() {
+			if m.Role == "tool" {
+				out = append(out, contentText(m.Content)...)
+			}
+		}
 	}
 	return out
 }
@@ -73,6 +80,9 @@ type block struct {
 }
 
 func (m message) blocks() []block {
+	if isNull(m.Content) {
+		return nil // an assistant message of only tool calls (Chat Completions)
+	}
 	var s string
 	if json.Unmarshal(m.Content, &s) == nil {
 		return []block{{Type: "text", Text: s}}
@@ -115,7 +125,7 @@ func (r Request) items() []item {
 func (r Request) texts(role string) []string {
 	var out []string
 	switch r.API {
-	case APIMessages:
+	case APIMessages, APIChatCompletions:
 		for _, m := range r.messages() {
 			if m.Role != role {
 				continue
@@ -138,6 +148,9 @@ func (r Request) texts(role string) []string {
 
 // contentText reads a content value that is a string or a list of parts with text.
 func contentText(raw json.RawMessage) []string {
+	if isNull(raw) {
+		return nil
+	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return []string{s}
@@ -153,4 +166,9 @@ func contentText(raw json.RawMessage) []string {
 		}
 	}
 	return out
+}
+
+// isNull says a JSON value is absent or null, which decodes into a string without error.
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
 }

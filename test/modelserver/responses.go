@@ -77,7 +77,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, req request, reply Reply,
 		return
 	}
 
-	stream := &responsesStream{sse: newSSE(w)}
+	stream := &responsesStream{sse: newSSE(w).holdAfterFirst(req.ctx, reply.Hold)}
 	stream.send("response.created", map[string]any{"response": response("in_progress", []any{}, nil, nil)})
 	stream.send("response.in_progress", map[string]any{"response": response("in_progress", []any{}, nil, nil)})
 	if e := reply.Error; e != nil {

@@ -1,7 +1,9 @@
 // Package modelserver is a scripted model API for tests: it speaks the Anthropic Messages API
 // (POST /v1/messages, streaming server-sent events, as Claude Code and OpenCode's Anthropic
 // provider call it) and the OpenAI Responses API (POST /v1/responses, streaming, as Codex calls
-// it), so the real agent CLIs can run against it and make real tool calls.
+// it), so the real agent CLIs can run against it and make real tool calls. It also speaks OpenAI
+// Chat Completions (POST /v1/chat/completions, streamed or not), as OpenAI-compatible providers
+// and Aider call it.
 //
 // A Script is a list of Replies. Every conversational request (one that offers the model tools)
 // takes the next Reply: text, one or more tool calls, or an API error to exercise the CLI's own
@@ -21,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +43,10 @@ type Reply struct {
 	// the same way until more replies are appended: for an error a CLI retries, or varies its
 	// request for, an unknown number of times.
 	Repeat bool `json:"repeat,omitempty"`
+	// Hold, when set, pauses a streamed reply after its first event until the channel is
+	// closed (or the client goes away), so that a test can see that whatever sits between the
+	// server and the client passes events on as they come. Not part of JSON scripts.
+	Hold <-chan struct{} `json:"-"`
 }
 
 // ToolCall is one tool use by the model.
@@ -105,6 +112,8 @@ const (
 	APICountTokens API = "count_tokens"
 	// APIResponses is POST /v1/responses (OpenAI).
 	APIResponses API = "responses"
+	// APIChatCompletions is POST /v1/chat/completions (OpenAI).
+	APIChatCompletions API = "chat_completions"
 	// APIModels is GET /v1/models (both).
 	APIModels API = "models"
 	// APIOther is anything else; it is answered 404.
@@ -138,6 +147,7 @@ type Server struct {
 	listener net.Listener
 	srv      *http.Server
 	ids      int
+	inFlight atomic.Int64
 }
 
 // New returns a server that plays script. Start it with Start.
@@ -205,6 +215,10 @@ func (s *Server) Played() int {
 	return s.next
 }
 
+// InFlight is how many requests the server is answering right now: a test can see that a
+// stream was abandoned once its client went away.
+func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
+
 // Problems lists what the server could not answer as scripted: requests past the end of the
 // script, unknown paths, unreadable bodies. A test should expect it to be empty.
 func (s *Server) Problems() []string {
@@ -231,9 +245,16 @@ type request struct {
 	Model  string            `json:"model"`
 	Stream bool              `json:"stream"`
 	Tools  []json.RawMessage `json:"tools"`
+	// StreamOptions is Chat Completions' stream_options; include_usage asks for a last chunk
+	// with the usage.
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 	// Input is the Responses API's conversation. Codex offers its tools there, in an
 	// additional_tools item, rather than in Tools.
 	Input json.RawMessage `json:"input"`
+	// ctx is the request's, for a held stream to notice the client going away.
+	ctx context.Context
 }
 
 // tools returns every tool the request offers, flattening namespaces.
@@ -272,6 +293,8 @@ func flattenTools(tools []json.RawMessage) []json.RawMessage {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if err != nil {
 		s.problemf("%s %s: reading the body: %v", r.Method, r.URL.Path, err)
@@ -300,6 +323,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rec.Stream = req.Stream
+	req.ctx = r.Context()
 	switch {
 	case r.Method == http.MethodPost && path == "/v1/messages":
 		rec.API = APIMessages
@@ -317,6 +341,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.Reply = idx
 		s.record(&rec)
 		s.serveResponses(w, req, reply, idx)
+	case r.Method == http.MethodPost && path == "/v1/chat/completions":
+		rec.API = APIChatCompletions
+		reply, idx := s.take(len(req.tools()) > 0)
+		rec.Reply = idx
+		s.record(&rec)
+		s.serveChat(w, req, reply, idx)
 	case r.Method == http.MethodGet && (path == "/v1/models" || strings.HasPrefix(path, "/v1/models/")):
 		rec.API = APIModels
 		s.record(&rec)
@@ -421,6 +451,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 type sse struct {
 	w http.ResponseWriter
 	f http.Flusher
+	// hold, when set, pauses the stream after its first event (Reply.Hold).
+	hold <-chan struct{}
+	ctx  context.Context
+	sent int
+}
+
+// holdAfterFirst pauses the stream after its first event until hold is closed or the client
+// goes away.
+func (e *sse) holdAfterFirst(ctx context.Context, hold <-chan struct{}) *sse {
+	e.hold, e.ctx = hold, ctx
+	if e.ctx == nil {
+		e.ctx = context.Background()
+	}
+	return e
 }
 
 func newSSE(w http.ResponseWriter) *sse {
@@ -437,9 +481,34 @@ func (e *sse) event(name string, data any) {
 	if err != nil {
 		panic(fmt.Sprintf("modelserver: marshal %s: %v", name, err))
 	}
-	_, _ = fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", name, raw)
+	e.write(fmt.Sprintf("event: %s\ndata: %s\n\n", name, raw))
+}
+
+// data writes a data-only event, as Chat Completions streams are: a JSON chunk, or a literal
+// such as [DONE].
+func (e *sse) data(v any) {
+	raw, ok := v.(string)
+	if !ok {
+		b, err := json.Marshal(v)
+		if err != nil {
+			panic(fmt.Sprintf("modelserver: marshal chunk: %v", err))
+		}
+		raw = string(b)
+	}
+	e.write("data: " + raw + "\n\n")
+}
+
+func (e *sse) write(event string) {
+	_, _ = io.WriteString(e.w, event)
 	if e.f != nil {
 		e.f.Flush()
+	}
+	e.sent++
+	if e.sent == 1 && e.hold != nil {
+		select {
+		case <-e.hold:
+		case <-e.ctx.Done():
+		}
 	}
 }
 

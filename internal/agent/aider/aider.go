@@ -79,8 +79,25 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 		args = append(args, "--model", t.Model)
 	}
 	args = append(args, perm...)
+	margs, env := ModelSettings(t.ModelAPI)
+	args = append(args, margs...)
 	args = append(args, t.ExtraArgs...)
-	return agent.Command{Name: Binary, Args: args}, nil
+	return agent.Command{Name: Binary, Args: args, Env: env}, nil
+}
+
+// ModelSettings points Aider at the runner's model proxy. Aider talks to models through
+// litellm: an OpenAI-compatible base comes from --openai-api-base, Anthropic's from litellm's
+// ANTHROPIC_API_BASE (ANTHROPIC_BASE_URL in newer litellm; both are set).
+func ModelSettings(m *agent.ModelEndpoint) (args, env []string) {
+	switch {
+	case m == nil:
+		return nil, nil
+	case m.API == agentsv1alpha1.ModelAPIOpenAI:
+		return []string{"--openai-api-base", m.BaseURL + "/v1", "--openai-api-key", agent.PlaceholderKey}, nil
+	default:
+		return []string{"--anthropic-api-key", agent.PlaceholderKey},
+			[]string{"ANTHROPIC_API_BASE=" + m.BaseURL, "ANTHROPIC_BASE_URL=" + m.BaseURL}
+	}
 }
 
 // NewParser implements agent.Agent.

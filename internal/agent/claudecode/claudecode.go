@@ -72,7 +72,23 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 		args = append(args, "--resume", t.SessionID)
 	}
 	args = append(args, t.ExtraArgs...)
-	return agent.Command{Name: Binary, Args: args, Stdin: t.Prompt}, nil
+	env, err := ModelEnv(t.ModelAPI)
+	if err != nil {
+		return agent.Command{}, err
+	}
+	return agent.Command{Name: Binary, Args: args, Env: env, Stdin: t.Prompt}, nil
+}
+
+// ModelEnv points Claude Code at the runner's model proxy: it appends /v1/messages to
+// ANTHROPIC_BASE_URL and sends ANTHROPIC_API_KEY as x-api-key.
+func ModelEnv(m *agent.ModelEndpoint) ([]string, error) {
+	if m == nil {
+		return nil, nil
+	}
+	if m.API != agentsv1alpha1.ModelAPIAnthropic {
+		return nil, fmt.Errorf("%w: claude-code speaks the Anthropic API, not %s", agent.ErrModelAPI, m.API)
+	}
+	return []string{"ANTHROPIC_BASE_URL=" + m.BaseURL, "ANTHROPIC_API_KEY=" + agent.PlaceholderKey}, nil
 }
 
 // NewParser implements agent.Agent.

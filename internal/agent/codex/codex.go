@@ -66,6 +66,11 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 	if t.Model != "" {
 		args = append(args, "-m", t.Model)
 	}
+	margs, env, err := ModelSettings(t.ModelAPI)
+	if err != nil {
+		return agent.Command{}, err
+	}
+	args = append(args, margs...)
 	args = append(args, t.ExtraArgs...)
 	if t.Resume {
 		if t.SessionID == "" {
@@ -74,7 +79,27 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 		args = append(args, "resume", t.SessionID)
 	}
 	args = append(args, "-")
-	return agent.Command{Name: Binary, Args: args, Stdin: t.Prompt}, nil
+	return agent.Command{Name: Binary, Args: args, Env: env, Stdin: t.Prompt}, nil
+}
+
+// ModelProvider is the name of the model provider Codex is given for the runner's model proxy.
+const ModelProvider = "shepherd"
+
+// ModelSettings points Codex at the runner's model proxy: OPENAI_BASE_URL alone is ignored by
+// Codex (it tries its own host over WebSockets), so a provider of its own, on the Responses
+// wire API, with the key in OPENAI_API_KEY. Codex's exec flags come before `resume`, where it
+// reads them.
+func ModelSettings(m *agent.ModelEndpoint) (args, env []string, err error) {
+	if m == nil {
+		return nil, nil, nil
+	}
+	if m.API != agentsv1alpha1.ModelAPIOpenAI {
+		return nil, nil, fmt.Errorf("%w: codex speaks the OpenAI API, not %s", agent.ErrModelAPI, m.API)
+	}
+	provider := fmt.Sprintf(`model_providers.%s={name=%q,base_url=%q,wire_api="responses",env_key="OPENAI_API_KEY"}`,
+		ModelProvider, "Shepherd model proxy", m.BaseURL+"/v1")
+	return []string{"-c", fmt.Sprintf("model_provider=%q", ModelProvider), "-c", provider},
+		[]string{"OPENAI_API_KEY=" + agent.PlaceholderKey}, nil
 }
 
 // NewParser implements agent.Agent.

@@ -13,6 +13,7 @@ package opencode
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 
@@ -40,25 +41,82 @@ func (Adapter) Capabilities() agent.Capabilities {
 	return agent.Capabilities{CanResume: true, ResumeNeedsSessionID: true, ReportsCost: true}
 }
 
-// PermissionSettings maps a permission mode to opencode flags and environment. `opencode run`
+// PermissionSettings maps a permission mode to opencode flags and configuration. `opencode run`
 // rejects every permission request it would have to ask about, so "ask" means "refused" here.
-func PermissionSettings(m agentsv1alpha1.PermissionMode) (args, env []string, err error) {
+func PermissionSettings(m agentsv1alpha1.PermissionMode) (args []string, config map[string]any, err error) {
 	switch m {
 	case "", agentsv1alpha1.PermissionBypass:
 		return []string{"--dangerously-skip-permissions"}, nil, nil
 	case agentsv1alpha1.PermissionAcceptEdits:
-		return nil, []string{ConfigEnv + `={"permission":{"edit":"allow","bash":"ask","webfetch":"ask"}}`}, nil
+		return nil, map[string]any{"permission": map[string]any{"edit": "allow", "bash": "ask", "webfetch": "ask"}}, nil
 	case agentsv1alpha1.PermissionReadOnly:
-		return nil, []string{ConfigEnv + `={"permission":{"edit":"deny","bash":"deny","webfetch":"ask"}}`}, nil
+		return nil, map[string]any{"permission": map[string]any{"edit": "deny", "bash": "deny", "webfetch": "ask"}}, nil
 	}
 	return nil, nil, fmt.Errorf("opencode: unknown permission mode %q", m)
 }
 
+// ModelProvider is the name of the provider OpenCode is given for the runner's model proxy.
+const ModelProvider = "shepherd"
+
+// ModelConfig is the OpenCode configuration that points it at the runner's model proxy: a
+// provider of its own on the AI SDK package for the API (both are built into OpenCode, so
+// nothing is fetched at run time), listing the session's model, which OpenCode requires.
+// model is the session's model ("claude-sonnet-4-5", or "provider/model": the provider part is
+// replaced). It returns the configuration and the --model value.
+func ModelConfig(m *agent.ModelEndpoint, model string) (map[string]any, string, error) {
+	pkg := ""
+	switch m.API {
+	case agentsv1alpha1.ModelAPIAnthropic:
+		pkg = "@ai-sdk/anthropic"
+	case agentsv1alpha1.ModelAPIOpenAI:
+		pkg = "@ai-sdk/openai"
+	default:
+		return nil, "", fmt.Errorf("%w: opencode cannot use %s", agent.ErrModelAPI, m.API)
+	}
+	if _, after, ok := strings.Cut(model, "/"); ok {
+		model = after
+	}
+	if model == "" {
+		return nil, "", fmt.Errorf("opencode: with agent.modelAPI, set agent.model (OpenCode needs the model its provider serves)")
+	}
+	cfg := map[string]any{
+		"model":             ModelProvider + "/" + model,
+		"enabled_providers": []string{ModelProvider},
+		"provider": map[string]any{ModelProvider: map[string]any{
+			"npm":     pkg,
+			"name":    "Shepherd model proxy",
+			"options": map[string]any{"baseURL": m.BaseURL + "/v1", "apiKey": agent.PlaceholderKey},
+			"models":  map[string]any{model: map[string]any{"name": model, "tool_call": true}},
+		}},
+	}
+	return cfg, ModelProvider + "/" + model, nil
+}
+
 // Command implements agent.Agent.
 func (Adapter) Command(t agent.Turn) (agent.Command, error) {
-	perm, env, err := PermissionSettings(t.Permission)
+	perm, config, err := PermissionSettings(t.Permission)
 	if err != nil {
 		return agent.Command{}, err
+	}
+	model := t.Model
+	if t.ModelAPI != nil {
+		mcfg, m, err := ModelConfig(t.ModelAPI, t.Model)
+		if err != nil {
+			return agent.Command{}, err
+		}
+		if config == nil {
+			config = map[string]any{}
+		}
+		maps.Copy(config, mcfg)
+		model = m
+	}
+	var env []string
+	if config != nil {
+		raw, err := json.Marshal(config)
+		if err != nil {
+			return agent.Command{}, fmt.Errorf("opencode: encode config: %w", err)
+		}
+		env = append(env, ConfigEnv+"="+string(raw))
 	}
 	args := []string{"run", "--format", "json"}
 	if t.Resume {
@@ -67,8 +125,8 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 		}
 		args = append(args, "--session", t.SessionID)
 	}
-	if t.Model != "" {
-		args = append(args, "--model", t.Model)
+	if model != "" {
+		args = append(args, "--model", model)
 	}
 	args = append(args, perm...)
 	args = append(args, t.ExtraArgs...)

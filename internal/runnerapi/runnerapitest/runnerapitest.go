@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -35,9 +36,8 @@ type MemoryBackend struct {
 	pending  map[types.NamespacedName][]runnerapi.Message
 	acked    map[types.NamespacedName][]string
 	prs      map[types.NamespacedName][]runnerapi.PullRequestRequest
-	credHost string
-	creds    runnerapi.Credentials
-	credAsks int
+	remote   *runnerapi.GitRemote
+	gitAsks  int
 	// prErr, when set, is what OpenPullRequest answers (the forge refusing, say).
 	prErr error
 	// OnMessage is called after AddMessage (wire it to Handler.Wake).
@@ -60,18 +60,19 @@ func (b *MemoryBackend) SetTask(s types.NamespacedName, t runnerapi.Task) {
 	b.tasks[s] = &t
 }
 
-// SetCredentials sets what PushCredentials hands out, for host only.
-func (b *MemoryBackend) SetCredentials(host string, c runnerapi.Credentials) {
+// SetGitRemote sets the repository (and the credentials the handler adds) GitRemote answers
+// with; the branch it may push is the session's.
+func (b *MemoryBackend) SetGitRemote(url string, header http.Header) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.credHost, b.creds = host, c
+	b.remote = &runnerapi.GitRemote{URL: url, Header: header}
 }
 
-// CredentialRequests counts the credentials handed out.
-func (b *MemoryBackend) CredentialRequests() int {
+// GitRequests counts the git requests forwarded.
+func (b *MemoryBackend) GitRequests() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.credAsks
+	return b.gitAsks
 }
 
 // AddMessage queues a follow-up for the session.
@@ -225,16 +226,19 @@ func (b *MemoryBackend) OpenPullRequest(_ context.Context, s runnerapi.Session, 
 	return &res, nil
 }
 
-// PushCredentials implements runnerapi.Backend.
-func (b *MemoryBackend) PushCredentials(_ context.Context, _ runnerapi.Session, req runnerapi.CredentialRequest) (*runnerapi.Credentials, error) {
+// GitRemote implements runnerapi.Backend.
+func (b *MemoryBackend) GitRemote(_ context.Context, s runnerapi.Session) (*runnerapi.GitRemote, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.credHost == "" || req.Host != b.credHost {
-		return nil, fmt.Errorf("no credentials for host %q: %w", req.Host, runnerapi.ErrForbidden)
+	if b.remote == nil {
+		return nil, fmt.Errorf("no repository configured: %w", runnerapi.ErrNotFound)
 	}
-	b.credAsks++
-	c := b.creds
-	return &c, nil
+	b.gitAsks++
+	r := *b.remote
+	if t, ok := b.tasks[s.NamespacedName]; ok && s.IsSession() {
+		r.Branch = t.Branch
+	}
+	return &r, nil
 }
 
 // StaticReviewer accepts the tokens it handed out, as the API server would for pod-bound tokens.
@@ -292,10 +296,12 @@ func (e *Env) Close() { e.Server.Close() }
 // token for that pod into dir/token.
 func Start(session types.NamespacedName, dir string) (*Env, error) {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: session.Namespace, Name: session.Name + "-agent", UID: types.UID("uid-" + session.Name),
+		ObjectMeta: metav1.ObjectMeta{Namespace: session.Namespace, Name: runnerapi.DefaultPodNames.AgentPod(session.Name), UID: types.UID("uid-" + session.Name),
 			Labels: map[string]string{agentsv1alpha1.LabelSession: session.Name, agentsv1alpha1.LabelProject: "widgets",
-				agentsv1alpha1.LabelComponent: "agent"}},
-		Spec: corev1.PodSpec{ServiceAccountName: "shepherd-agent"},
+				agentsv1alpha1.LabelComponent: "agent", agentsv1alpha1.LabelManagedBy: agentsv1alpha1.ManagedByValue},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentSession",
+				Name: session.Name, UID: types.UID("session-uid-" + session.Name), Controller: ptr(true)}}},
+		Spec: corev1.PodSpec{ServiceAccountName: runnerapi.DefaultPodNames.ServiceAccount("widgets")},
 	}
 	backend := NewMemoryBackend()
 	reviewer := &StaticReviewer{}
@@ -312,6 +318,8 @@ func Start(session types.NamespacedName, dir string) (*Env, error) {
 	}
 	return &Env{Server: httptest.NewServer(h), Handler: h, Backend: backend, Reviewer: reviewer, Session: session, Pod: pod, TokenFile: tokenFile}, nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // PodReader serves one pod to the handler, which only ever Gets the caller's pod. The channel's
 // behaviour against a real API server is tested in the runnerapi envtest suite; this is for the
