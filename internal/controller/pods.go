@@ -586,7 +586,7 @@ func (d *Deps) worktreePod(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktre
 	labels := mergeLabels(managedLabels(p.Name), map[string]string{
 		agentsv1alpha1.LabelWorktree: wt.Name, agentsv1alpha1.LabelComponent: componentWorktree,
 	})
-	home := homePath("worktree-"+wt.Name)
+	home := homePath("worktree-" + wt.Name)
 	pod := d.basePod(worktreePodName(wt.Name), wt.Namespace, labels, p, vol, d.runnerArgs(p, vol, home, "", nil), nil)
 	pod.Annotations = map[string]string{annotationOperation: op, annotationGeneration: strconv.FormatInt(wt.Generation, 10)}
 	if req := wt.Annotations[agentsv1alpha1.ReconcileRequestAnnotation]; req != "" {

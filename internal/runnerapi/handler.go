@@ -81,8 +81,8 @@ type HandlerOptions struct {
 	RequestTimeout time.Duration
 	// GitTransport reaches the forge's git; nil uses a default with timeouts.
 	GitTransport http.RoundTripper
-	Clock          clock.Clock
-	Log            logr.Logger
+	Clock        clock.Clock
+	Log          logr.Logger
 }
 
 // Handler is the manager side of the channel.
@@ -415,7 +415,9 @@ func (h *Handler) git(w http.ResponseWriter, r *http.Request, s Session) {
 		return
 	}
 	p := &gitproxy.Proxy{
-		Target:    func(*http.Request) (gitproxy.Target, error) { return gitproxy.Target{URL: u, Header: remote.Header}, nil },
+		Target: func(*http.Request) (gitproxy.Target, error) {
+			return gitproxy.Target{URL: u, Header: remote.Header}, nil
+		},
 		Policy:    func(*http.Request) (gitproxy.Policy, error) { return gitproxy.BranchOnly(remote.Branch), nil },
 		Transport: h.o.GitTransport,
 		OnRefused: func(_ *http.Request, cmds []gitproxy.RefUpdate, err error) {

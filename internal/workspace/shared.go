@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
 )
 
 // Shared paths (a Project's spec.workspace.sharedPaths) are paths of the checkout, such as

@@ -30,14 +30,14 @@ import (
 // AgentSession controller must have: reports fold into the task's resume state, messages are
 // pending until acknowledged once, the pull request is opened once and updated after.
 type MemoryBackend struct {
-	mu       sync.Mutex
-	tasks    map[types.NamespacedName]*runnerapi.Task
-	reports  map[types.NamespacedName][]runnerapi.Report
-	pending  map[types.NamespacedName][]runnerapi.Message
-	acked    map[types.NamespacedName][]string
-	prs      map[types.NamespacedName][]runnerapi.PullRequestRequest
-	remote   *runnerapi.GitRemote
-	gitAsks  int
+	mu      sync.Mutex
+	tasks   map[types.NamespacedName]*runnerapi.Task
+	reports map[types.NamespacedName][]runnerapi.Report
+	pending map[types.NamespacedName][]runnerapi.Message
+	acked   map[types.NamespacedName][]string
+	prs     map[types.NamespacedName][]runnerapi.PullRequestRequest
+	remote  *runnerapi.GitRemote
+	gitAsks int
 	// prErr, when set, is what OpenPullRequest answers (the forge refusing, say).
 	prErr error
 	// OnMessage is called after AddMessage (wire it to Handler.Wake).
