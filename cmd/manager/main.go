@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -33,33 +34,48 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/controller"
 )
 
-// runnerURLFromService reads the Service that exposes the runner channel and returns its
-// cluster-IP URL on the Service port that targets the channel's port.
-func runnerURLFromService(cfg *rest.Config, namespace, name, bind string) (string, error) {
+// serviceAddress reads a Service of the manager's namespace and returns its cluster IP and the
+// port that targets bind (or is named name), with the names a certificate for it must hold.
+func serviceAddress(cfg *rest.Config, namespace, svcName, portName, bind string) (ip string, port int32, dnsNames []string, err error) {
 	if namespace == "" {
-		return "", errors.New("set --runner-url, or run in a pod with POD_NAMESPACE set so the runner Service can be found")
+		return "", 0, nil, fmt.Errorf("run in a pod with POD_NAMESPACE set so that Service %s can be found, or set the URL flag", svcName)
 	}
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
-		return "", fmt.Errorf("client: %w", err)
+		return "", 0, nil, fmt.Errorf("client: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var svc corev1.Service
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &svc); err != nil {
-		return "", fmt.Errorf("read the runner Service %s/%s (or set --runner-url): %w", namespace, name, err)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: svcName}, &svc); err != nil {
+		return "", 0, nil, fmt.Errorf("read the Service %s/%s (or set the URL flag): %w", namespace, svcName, err)
 	}
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
-		return "", fmt.Errorf("the runner Service %s/%s has no cluster IP and port", namespace, name)
+		return "", 0, nil, fmt.Errorf("the Service %s/%s has no cluster IP and port", namespace, svcName)
 	}
 	_, bindPort, _ := net.SplitHostPort(bind)
-	port := svc.Spec.Ports[0].Port
+	port = svc.Spec.Ports[0].Port
 	for _, p := range svc.Spec.Ports {
-		if p.TargetPort.String() == bindPort || p.Name == "runner" {
+		if p.TargetPort.String() == bindPort || p.Name == portName {
 			port = p.Port
 		}
 	}
-	return fmt.Sprintf("http://%s", net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(port))), nil
+	dnsNames = []string{svcName + "." + namespace + ".svc", svcName + "." + namespace + ".svc.cluster.local"}
+	return svc.Spec.ClusterIP, port, dnsNames, nil
+}
+
+// runnerURLFromService is the runner channel's URL from its Service's cluster IP (agent pods
+// need no cluster DNS), https unless TLS is off, and the names its certificate must hold.
+func runnerURLFromService(cfg *rest.Config, namespace, name, bind string, useTLS bool) (string, []string, error) {
+	ip, port, names, err := serviceAddress(cfg, namespace, name, "runner", bind)
+	if err != nil {
+		return "", nil, err
+	}
+	scheme := "http"
+	if useTLS {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(ip, fmt.Sprint(port))), append(names, ip), nil
 }
 
 // cacheOptions selects what the manager caches: only its own children among pods, volumes,
@@ -77,6 +93,7 @@ func cacheOptions(namespaces map[string]cache.Config) cache.Options {
 			&corev1.PersistentVolumeClaim{}: {Label: managed},
 			&corev1.ServiceAccount{}:        {Label: managed},
 			&networkingv1.NetworkPolicy{}:   {Label: managed},
+			&corev1.ConfigMap{}:             {Label: managed},
 		},
 	}
 }
@@ -113,10 +130,20 @@ type options struct {
 	enableHTTP2     bool
 
 	runnerAddr       string
+	runnerTLS        bool
+	runnerTLSNames   string
 	managerPodLabels string
 	webhookAddr      string
 	runnerURL        string
 	runnerService    string
+	egressProxyURL   string
+	egressService    string
+	egressPodLabels  string
+	egressPort       int
+	dnsNamespace     string
+	dnsPodLabels     string
+	clusterCIDRs     string
+	deniedCIDRs      string
 	runnerImage      string
 	agentImages      string
 	imagePullPolicy  string
@@ -136,11 +163,22 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS with authentication and authorization (needs the metrics-auth RBAC in config/rbac).")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics server (off by default: CVE-2023-44487, rapid reset).")
 	fs.StringVar(&o.runnerAddr, "runner-bind-address", ":8090", "Address the runner channel (agent pods → manager) binds to; \"0\" disables it.")
+	fs.BoolVar(&o.runnerTLS, "runner-tls", true, "Serve the runner channel over TLS with a certificate of the manager's own CA (kept in the Secret shepherd-runner-tls of $POD_NAMESPACE, published to agent pods as the ConfigMap shepherd-runner-ca). Off only for development.")
+	fs.StringVar(&o.runnerTLSNames, "runner-tls-names", "", "More DNS names or IP addresses for the runner channel's certificate (comma-separated), besides the runner Service's names and cluster IP and --runner-url's host.")
 	fs.StringVar(&o.managerPodLabels, "manager-pod-labels", "app.kubernetes.io/name=shepherd,app.kubernetes.io/component=manager",
 		"Labels of the manager's own pods (key=value,...): a Project's egress NetworkPolicy lets agent pods reach the pods with these labels in $POD_NAMESPACE on the runner port.")
 	fs.StringVar(&o.webhookAddr, "webhook-bind-address", ":8091", "Address the forge webhook receiver binds to; \"0\" disables it.")
 	fs.StringVar(&o.runnerURL, "runner-url", "", "URL of the runner channel as agent pods reach it; empty derives it from --runner-service.")
 	fs.StringVar(&o.runnerService, "runner-service", "shepherd-runner", "Service (in the manager's namespace, from $POD_NAMESPACE) that exposes the runner channel; its cluster IP becomes the runner URL, so agent pods need no cluster DNS.")
+	fs.StringVar(&o.egressProxyURL, "egress-proxy-url", "", "URL of the egress proxy as agent pods reach it (http://address:3128); empty derives it from --egress-proxy-service, \"none\" runs without one (agent pods then reach only the CIDRs Projects open).")
+	fs.StringVar(&o.egressService, "egress-proxy-service", "shepherd-egress-proxy", "Service (in $POD_NAMESPACE) of the egress proxy; its cluster IP becomes the proxy URL.")
+	fs.StringVar(&o.egressPodLabels, "egress-proxy-pod-labels", "app.kubernetes.io/name=shepherd,app.kubernetes.io/component=egress-proxy",
+		"Labels of the egress proxy's pods (key=value,...), which the agent pods' NetworkPolicy lets them reach.")
+	fs.IntVar(&o.egressPort, "egress-proxy-port", 3128, "Port of the egress proxy's pods.")
+	fs.StringVar(&o.dnsNamespace, "dns-namespace", "kube-system", "Namespace of the cluster's DNS pods, the only DNS servers agent pods may ask.")
+	fs.StringVar(&o.dnsPodLabels, "dns-pod-labels", "k8s-app=kube-dns", "Labels of the cluster's DNS pods (key=value,...).")
+	fs.StringVar(&o.clusterCIDRs, "cluster-cidrs", "", "The cluster's pod and service ranges (comma-separated): a Project's egress CIDR that contains one excepts it unless it lies within it.")
+	fs.StringVar(&o.deniedCIDRs, "denied-cidrs", "169.254.0.0/16,fe80::/10,100.64.0.0/10", "Ranges agent pods may not reach even inside a wider egress CIDR a Project opens (cloud metadata), unless the Project names them.")
 	fs.StringVar(&o.runnerImage, "runner-image", "shepherd-runner:latest", "Image holding the runner binary, copied into every agent pod.")
 	fs.StringVar(&o.agentImages, "agent-images", "claude-code=shepherd-agent-claude-code:latest,codex=shepherd-agent-codex:latest,opencode=shepherd-agent-opencode:latest,aider=shepherd-agent-aider:latest",
 		"Default image per agent type (type=image, comma-separated), used when neither the session nor the Project names one.")
@@ -200,6 +238,15 @@ func (o *options) namespaces() (map[string]cache.Config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "egress-proxy" {
+		zapOpts := zap.Options{}
+		ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+		if err := runEgressProxy(os.Args[2:]); err != nil {
+			ctrl.Log.Error(err, "Egress proxy exited with an error")
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	o.bind(flag.CommandLine)
 	zapOpts := zap.Options{Development: false}
@@ -236,11 +283,25 @@ func run(o options) error {
 	}
 	restCfg := ctrl.GetConfigOrDie()
 	restCfg.QPS, restCfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
+	var tlsNames []string
 	if o.runnerURL == "" && o.runnerAddr != "0" {
-		if o.runnerURL, err = runnerURLFromService(restCfg, os.Getenv("POD_NAMESPACE"), o.runnerService, o.runnerAddr); err != nil {
+		if o.runnerURL, tlsNames, err = runnerURLFromService(restCfg, os.Getenv("POD_NAMESPACE"), o.runnerService, o.runnerAddr, o.runnerTLS); err != nil {
 			return err
 		}
 		log.Info("Runner channel URL derived from its Service", "url", o.runnerURL)
+	}
+	if o.runnerTLS && o.runnerAddr != "0" {
+		if u, err := url.Parse(o.runnerURL); err == nil && u.Hostname() != "" {
+			tlsNames = append(tlsNames, u.Hostname())
+		}
+		for _, n := range strings.Split(o.runnerTLSNames, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				tlsNames = append(tlsNames, n)
+			}
+		}
+		if !strings.HasPrefix(o.runnerURL, "https://") {
+			return fmt.Errorf("--runner-url %q must be https:// while --runner-tls is on", o.runnerURL)
+		}
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
@@ -261,13 +322,35 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("--manager-pod-labels: %w (want key=value,...)", err)
 	}
+	egressLabels, err := labels.ConvertSelectorToLabelsMap(o.egressPodLabels)
+	if err != nil {
+		return fmt.Errorf("--egress-proxy-pod-labels: %w (want key=value,...)", err)
+	}
+	dnsLabels, err := labels.ConvertSelectorToLabelsMap(o.dnsPodLabels)
+	if err != nil {
+		return fmt.Errorf("--dns-pod-labels: %w (want key=value,...)", err)
+	}
+	switch o.egressProxyURL {
+	case "none":
+		o.egressProxyURL = ""
+	case "":
+		ip, port, _, err := serviceAddress(restCfg, os.Getenv("POD_NAMESPACE"), o.egressService, "proxy", fmt.Sprintf(":%d", o.egressPort))
+		if err != nil {
+			return fmt.Errorf("egress proxy: %w (or set --egress-proxy-url, or none)", err)
+		}
+		o.egressProxyURL = fmt.Sprintf("http://%s", net.JoinHostPort(ip, fmt.Sprint(port)))
+		log.Info("Egress proxy URL derived from its Service", "url", o.egressProxyURL)
+	}
 	ctx := ctrl.SetupSignalHandler()
 	if _, err := controller.Setup(ctx, mgr, controller.Config{
 		Options: controller.Options{
 			RunnerImage: o.runnerImage, AgentImages: images, RunnerURL: o.runnerURL, ImagePullPolicy: o.imagePullPolicy,
 			ManagerNamespace: os.Getenv("POD_NAMESPACE"), ManagerPodLabels: podLabels, RunnerPort: bindPort(o.runnerAddr),
+			EgressProxyURL: o.egressProxyURL, EgressProxyPodLabels: egressLabels, EgressProxyPort: int32(o.egressPort),
+			DNSNamespace: o.dnsNamespace, DNSPodLabels: dnsLabels, ClusterCIDRs: splitComma(o.clusterCIDRs), DeniedCIDRs: splitComma(o.deniedCIDRs),
 		},
 		RunnerBindAddress:  o.runnerAddr,
+		RunnerTLSNames:     tlsNames,
 		WebhookBindAddress: o.webhookAddr,
 	}); err != nil {
 		return err
@@ -283,6 +366,16 @@ func run(o options) error {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
+}
+
+func splitComma(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // bindPort is the port of a listen address such as ":8090" (0 when it has none).

@@ -190,6 +190,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var cfg runner.RunConfig
 	fs.StringVar(&cfg.Workdir, "workdir", env("SHEPHERD_CHECKOUT_PATH", ""), "the session's checkout, as the agent's container sees it (env SHEPHERD_CHECKOUT_PATH)")
+	fs.StringVar(&cfg.AgentHome, "agent-home", env("SHEPHERD_AGENT_HOME", ""), "the agent's home in its container (env SHEPHERD_AGENT_HOME)")
 	fs.StringVar(&cfg.Listen, "listen", env("SHEPHERD_LISTEN", runner.DefaultListen), "the runner's local server on the pod's loopback (env SHEPHERD_LISTEN)")
 	fs.StringVar(&cfg.HostAddr, "host-addr", env("SHEPHERD_HOST_ADDR", agenthost.DefaultAddr), "the agent container's host (env SHEPHERD_HOST_ADDR)")
 	fs.StringVar(&cfg.StateDir, "state-dir", env("SHEPHERD_STATE_DIR", ""), "the runner's own state, out of the agent's reach (env SHEPHERD_STATE_DIR)")

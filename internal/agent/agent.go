@@ -64,6 +64,9 @@ type Turn struct {
 	// StateDir persists with the checkout but outside its working tree, for agent state such as
 	// Aider's chat history.
 	StateDir string
+	// Home is the agent's home directory (on the session's volume, so it outlives the pod), for
+	// CLIs that keep their conversations in a directory of their own (Codex's CODEX_HOME).
+	Home string
 	// ModelAPI, when set, is the runner's model proxy: the CLI must call it instead of its
 	// default API, with PlaceholderKey as its key (the proxy adds the real one). The adapter
 	// points the CLI at it with its own environment variables or flags.
@@ -96,6 +99,9 @@ type Command struct {
 	// Stdin is written to the process's standard input, which is then closed. Prompts travel here
 	// when a positional argument could be mistaken for a flag or be rewritten by the CLI.
 	Stdin string
+	// Dirs are directories that must exist before the CLI starts (the runner makes them in the
+	// agent's container).
+	Dirs []string
 }
 
 // Parser turns one turn's output, line by line, into common events. Parsers never panic on bad

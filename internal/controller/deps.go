@@ -41,6 +41,9 @@ type Deps struct {
 	Metrics *metrics.Metrics
 	// SCMMetrics count forge and tracker requests.
 	SCMMetrics *scm.Metrics
+	// RunnerCA is the runner channel's CA certificate, published in the Projects' namespaces;
+	// nil when the channel is plain HTTP (tests, a manager outside the cluster).
+	RunnerCA *runnerCA
 
 	trackerMu sync.Mutex
 	// trackers keeps one tracker per Project, so that its HTTP client (ETag cache, rate-limit

@@ -19,50 +19,78 @@ func TestEgressPolicySpec(t *testing.T) {
 		p := intstr.FromInt32(n)
 		return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &p}
 	}
-	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{port(udp, 53), port(tcp, 53)}}
-	ipRule := func(cidr string, ports ...int32) networkingv1.NetworkPolicyEgressRule {
-		r := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: cidr}}}}
+	pods := func(ns string, labels map[string]string, ports ...networkingv1.NetworkPolicyPort) networkingv1.NetworkPolicyEgressRule {
+		return networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: labels},
+			}},
+			Ports: ports,
+		}
+	}
+	// DNS to the cluster's DNS pods only, never port 53 anywhere.
+	dns := pods("kube-system", map[string]string{"k8s-app": "kube-dns"}, port(udp, 53), port(tcp, 53))
+	ipRule := func(cidr string, except []string, ports ...int32) networkingv1.NetworkPolicyEgressRule {
+		r := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: cidr, Except: except}}}}
 		for _, n := range ports {
 			r.Ports = append(r.Ports, port(tcp, n))
 		}
 		return r
 	}
-	forge := ipRule("140.82.112.0/20", 443)
-	registry := ipRule("10.20.0.0/16")
-	inCluster := networkingv1.NetworkPolicyEgressRule{
-		To: []networkingv1.NetworkPolicyPeer{{
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "shepherd-system"}},
-			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "shepherd", "app.kubernetes.io/component": "manager"}},
-		}},
-		Ports: []networkingv1.NetworkPolicyPort{port(tcp, 8090)},
-	}
 	managerLabels := map[string]string{"app.kubernetes.io/name": "shepherd", "app.kubernetes.io/component": "manager"}
+	proxyLabels := map[string]string{"app.kubernetes.io/name": "shepherd", "app.kubernetes.io/component": "egress-proxy"}
+	manager := pods("shepherd-system", managerLabels, port(tcp, 8090))
+	proxy := pods("shepherd-system", proxyLabels, port(tcp, 3128))
+	denied := []string{"169.254.0.0/16"}
+	cluster := []string{"10.244.0.0/16", "10.96.0.0/12"}
 
 	cases := []struct {
-		name string
-		opts Options
-		want []networkingv1.NetworkPolicyEgressRule
+		name    string
+		opts    Options
+		network *agentsv1alpha1.NetworkSpec
+		model   agentsv1alpha1.HTTPURL
+		want    []networkingv1.NetworkPolicyEgressRule
 	}{
-		{"a manager in the cluster: its pods, on the runner port", Options{
-			RunnerURL: "http://10.96.0.12:8090", ManagerNamespace: "shepherd-system", ManagerPodLabels: managerLabels, RunnerPort: 8090,
-		}, []networkingv1.NetworkPolicyEgressRule{dns, inCluster, forge, registry}},
-		{"a manager outside the cluster at an IP address", Options{RunnerURL: "http://192.168.1.20:8090"},
-			[]networkingv1.NetworkPolicyEgressRule{dns, ipRule("192.168.1.20/32", 8090), forge, registry}},
-		{"an IPv6 manager on the default https port", Options{RunnerURL: "https://[fd00::5]/"},
-			[]networkingv1.NetworkPolicyEgressRule{dns, ipRule("fd00::5/128", 443), forge, registry}},
-		{"a manager known only by name: the allowlist must name it", Options{RunnerURL: "http://shepherd.example:8090"},
-			[]networkingv1.NetworkPolicyEgressRule{dns, forge, registry}},
+		{"closed by default: DNS, the manager's pods and the egress proxy's, nothing else", Options{
+			RunnerURL: "https://10.96.0.12:8090", ManagerNamespace: "shepherd-system", ManagerPodLabels: managerLabels, RunnerPort: 8090,
+			EgressProxyURL: "http://10.96.0.13:3128", EgressProxyPodLabels: proxyLabels, EgressProxyPort: 3128,
+		}, nil, "", []networkingv1.NetworkPolicyEgressRule{dns, manager, proxy}},
+		{"a manager and proxy outside the cluster at IP addresses", Options{RunnerURL: "https://192.168.1.20:8090", EgressProxyURL: "http://192.168.1.20:3128"},
+			nil, "", []networkingv1.NetworkPolicyEgressRule{dns, ipRule("192.168.1.20/32", nil, 8090), ipRule("192.168.1.20/32", nil, 3128)}},
+		{"an IPv6 manager on the default https port, no proxy", Options{RunnerURL: "https://[fd00::5]/"},
+			nil, "", []networkingv1.NetworkPolicyEgressRule{dns, ipRule("fd00::5/128", nil, 443)}},
+		{"a manager known only by name: the allowlist must name it", Options{RunnerURL: "https://shepherd.example:8090"},
+			nil, "", []networkingv1.NetworkPolicyEgressRule{dns}},
+		{"a model API given by address is opened on its port", Options{RunnerURL: "https://192.168.1.20:8090"},
+			nil, "http://192.168.1.30:8089", []networkingv1.NetworkPolicyEgressRule{dns, ipRule("192.168.1.20/32", nil, 8090), ipRule("192.168.1.30/32", nil, 8089)}},
+		{"the Project's networks, less metadata and the cluster's ranges unless named within them", Options{
+			RunnerURL: "https://shepherd.example:8090", DeniedCIDRs: denied, ClusterCIDRs: cluster,
+		}, &agentsv1alpha1.NetworkSpec{Egress: &agentsv1alpha1.EgressSpec{Allow: []agentsv1alpha1.EgressRule{
+			{CIDR: "0.0.0.0/0", Ports: []int32{22}}, {CIDR: "140.82.112.0/20", Ports: []int32{443}}, {CIDR: "10.96.0.10/32", Ports: []int32{53}},
+			{CIDR: "10.0.0.0/8"}, {CIDR: "::/0"},
+		}}}, "", []networkingv1.NetworkPolicyEgressRule{dns,
+			ipRule("0.0.0.0/0", []string{"169.254.0.0/16", "10.244.0.0/16", "10.96.0.0/12"}, 22),
+			ipRule("140.82.112.0/20", nil, 443),
+			ipRule("10.96.0.10/32", nil, 53),
+			ipRule("10.0.0.0/8", []string{"10.244.0.0/16", "10.96.0.0/12"}),
+			ipRule("::/0", nil),
+		}},
 	}
-	p := MakeProject("widgets", "ns").Obj()
-	p.Spec.Network = &agentsv1alpha1.NetworkSpec{Egress: &agentsv1alpha1.EgressSpec{Allow: []agentsv1alpha1.EgressRule{
-		{CIDR: "140.82.112.0/20", Ports: []int32{443}}, {CIDR: "10.20.0.0/16"},
-	}}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
+			p := MakeProject("widgets", "ns").Obj()
+			p.Spec.Network = tc.network
+			if tc.model != "" {
+				p.Spec.Agent.ModelAPI = &agentsv1alpha1.ModelAPISpec{API: agentsv1alpha1.ModelAPIAnthropic, URL: tc.model}
+			}
 			spec := egressPolicySpec(p, tc.opts)
-			g.Expect(spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeEgress}), "egress only: default deny for what is not listed")
-			g.Expect(spec.PodSelector.MatchLabels).To(Equal(map[string]string{agentsv1alpha1.LabelProject: "widgets", agentsv1alpha1.LabelComponent: componentAgent}))
+			g.Expect(spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeEgress, networkingv1.PolicyTypeIngress), "default deny both ways")
+			g.Expect(spec.Ingress).To(BeEmpty(), "nothing may connect to an agent pod")
+			g.Expect(spec.PodSelector.MatchLabels).To(Equal(map[string]string{agentsv1alpha1.LabelProject: "widgets"}))
+			g.Expect(spec.PodSelector.MatchExpressions).To(ConsistOf(metav1.LabelSelectorRequirement{
+				Key: agentsv1alpha1.LabelComponent, Operator: metav1.LabelSelectorOpIn, Values: []string{componentAgent, componentWorktree}}),
+				"agent pods and checkout pods (which run setup commands) alike")
 			g.Expect(spec.Egress).To(Equal(tc.want))
 		})
 	}

@@ -138,7 +138,7 @@ func (d *Deps) runnerArgs(p *agentsv1alpha1.Project, vol checkoutVolume, home, s
 	if session == "" {
 		return append(args, "--serve-only")
 	}
-	args = append(args, "--workdir="+vol.Path, "--host-addr="+hostListen, "--state-dir="+runnerStatePath(session))
+	args = append(args, "--workdir="+vol.Path, "--agent-home="+home, "--host-addr="+hostListen, "--state-dir="+runnerStatePath(session))
 	if vol.Mode == agentsv1alpha1.WorkspaceWorktree {
 		args = append(args, "--spare-worktrees="+strconv.Itoa(int(p.Spec.Workspace.SpareWorktrees)), "--base="+projectBase(p))
 	}
@@ -322,13 +322,7 @@ func (d *Deps) baseVolumes(p *agentsv1alpha1.Project, vol checkoutVolume, agent 
 		{Name: volRunnerTmp, VolumeSource: empty(runnerTmpLimit)},
 		{Name: volAgentTmp, VolumeSource: empty(agentTmpLimit)},
 		{Name: volWorkspace, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: vol.ClaimName}}},
-		{Name: volToken, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-			Sources: []corev1.VolumeProjection{
-				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: runnerapi.Audience, ExpirationSeconds: ptrTo(tokenExpiry), Path: "token"}},
-				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: RunnerCAConfigMap},
-					Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
-			},
-		}}},
+		{Name: volToken, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: d.tokenSources()}}},
 	}
 	if agent != nil && agent.ModelAPI != nil && agent.ModelAPI.KeySecretRef != nil {
 		ref := agent.ModelAPI.KeySecretRef
@@ -342,6 +336,23 @@ func (d *Deps) baseVolumes(p *agentsv1alpha1.Project, vol checkoutVolume, agent 
 	}
 	return vols
 }
+
+// tokenSources are the runner's token and, when the channel is TLS, the CA that signs the
+// manager's certificate (the Project controller publishes it in the namespace; the kubelet
+// waits for it before starting the pod, and refreshes it after a rotation).
+func (d *Deps) tokenSources() []corev1.VolumeProjection {
+	src := []corev1.VolumeProjection{
+		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: runnerapi.Audience, ExpirationSeconds: ptrTo(tokenExpiry), Path: "token"}},
+	}
+	if d.runnerTLS() {
+		src = append(src, corev1.VolumeProjection{ConfigMap: &corev1.ConfigMapProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: RunnerCAConfigMap}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}})
+	}
+	return src
+}
+
+// runnerTLS says whether agent pods reach the channel over TLS.
+func (d *Deps) runnerTLS() bool { return strings.HasPrefix(d.Options.RunnerURL, "https://") }
 
 // runnerMounts are the runner container's: the whole volume (it makes the agent's directories
 // and keeps the mirror and spares), the Project's volume in clone mode with shared paths, the
@@ -391,12 +402,15 @@ func agentMounts(p *agentsv1alpha1.Project, vol checkoutVolume, home string, cac
 // runnerEnv is the runner container's environment: the channel (a URL and paths, no secret) and
 // a home of its own.
 func (d *Deps) runnerEnv() []corev1.EnvVar {
-	return []corev1.EnvVar{
+	env := []corev1.EnvVar{
 		{Name: "HOME", Value: "/tmp"},
 		{Name: "SHEPHERD_MANAGER_URL", Value: d.Options.RunnerURL},
 		{Name: "SHEPHERD_TOKEN_FILE", Value: tokenFile},
-		{Name: "SHEPHERD_CA_FILE", Value: tokenMount + "/ca.crt"},
 	}
+	if d.runnerTLS() {
+		env = append(env, corev1.EnvVar{Name: "SHEPHERD_CA_FILE", Value: tokenMount + "/ca.crt"})
+	}
+	return env
 }
 
 // runnerResources are the runner container's: it serves git and the model API to the pod and

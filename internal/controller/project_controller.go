@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,6 +36,7 @@ import (
 // +kubebuilder:rbac:groups=core,resources=serviceaccounts;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=core,resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=core,resources=configmaps,verbs=get;list;watch;create;patch
 
 // ProjectReconciler checks a Project's credentials and repository, keeps the children its
 // sessions share (the agent ServiceAccount, the workspace volume with the mirror, the egress
@@ -124,6 +126,7 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		r.checkSpec,
 		r.reconcileAccess,
 		r.reconcileServiceAccount,
+		r.reconcileRunnerCA,
 		r.reconcileWorkspaceVolume,
 		r.reconcileEgressPolicy,
 		r.reconcileBacklog,
@@ -263,24 +266,14 @@ func (r *ProjectReconciler) reconcileWorkspaceVolume(ctx context.Context, s *pro
 	return nil
 }
 
-// reconcileEgressPolicy restricts agent pods' egress when spec.network.egress is set: DNS, the
-// listed networks, and nothing else.
+// reconcileEgressPolicy keeps the NetworkPolicy of the Project's agent and checkout pods:
+// nothing in, and out only to the cluster's DNS pods, the runner channel, the egress proxy, the
+// model API when it is given by address, and the networks the Project opens. Egress is closed
+// by default (docs/security.md): a steered agent reaches neither cloud metadata, nor the API
+// server, nor another tenant's pods.
 func (r *ProjectReconciler) reconcileEgressPolicy(ctx context.Context, s *projectScope) error {
 	p := s.project
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: egressPolicyName(p.Name), Namespace: p.Namespace}}
-	if p.Spec.Network == nil || p.Spec.Network.Egress == nil {
-		// Read the cache first: a delete of a policy that is not there is still an API call, and
-		// this runs on every reconcile of every Project.
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(np), np); apierrors.IsNotFound(err) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("read egress policy: %w", err)
-		}
-		if err := r.Client.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete egress policy: %w", err)
-		}
-		return nil
-	}
 	_, err := controllerutil.CreateOrPatch(ctx, r.Client, np, func() error {
 		np.Labels = mergeLabels(np.Labels, managedLabels(p.Name))
 		np.Spec = egressPolicySpec(p, r.Options)
@@ -292,57 +285,112 @@ func (r *ProjectReconciler) reconcileEgressPolicy(ctx context.Context, s *projec
 	return nil
 }
 
-// egressPolicySpec allows DNS, the manager's runner channel and the Project's allowlist from its
-// agent pods; everything else is denied.
+// egressPolicySpec is the Project's pods' NetworkPolicy. Pure.
 func egressPolicySpec(p *agentsv1alpha1.Project, o Options) networkingv1.NetworkPolicySpec {
-	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
-	dns := intstr.FromInt32(53)
-	rules := []networkingv1.NetworkPolicyEgressRule{{
-		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
-	}}
+	tcp := corev1.ProtocolTCP
+	rules := []networkingv1.NetworkPolicyEgressRule{dnsEgressRule(o)}
 	if r, ok := runnerEgressRule(o); ok {
 		rules = append(rules, r)
 	}
-	for _, a := range p.Spec.Network.Egress.Allow {
-		rule := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: a.CIDR}}}}
-		for _, port := range a.Ports {
-			pp := intstr.FromInt32(port)
-			rule.Ports = append(rule.Ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &pp})
+	if r, ok := egressProxyRule(o); ok {
+		rules = append(rules, r)
+	}
+	if r, ok := modelAPIRule(p); ok {
+		rules = append(rules, r)
+	}
+	if n := p.Spec.Network; n != nil && n.Egress != nil {
+		for _, a := range n.Egress.Allow {
+			rule := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{
+				IPBlock: &networkingv1.IPBlock{CIDR: a.CIDR, Except: exceptions(a.CIDR, append(slices.Clone(o.DeniedCIDRs), o.ClusterCIDRs...))},
+			}}}
+			for _, port := range a.Ports {
+				pp := intstr.FromInt32(port)
+				rule.Ports = append(rule.Ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &pp})
+			}
+			rules = append(rules, rule)
 		}
-		rules = append(rules, rule)
 	}
 	return networkingv1.NetworkPolicySpec{
-		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{
-			agentsv1alpha1.LabelProject: p.Name, agentsv1alpha1.LabelComponent: componentAgent,
-		}},
-		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+		PodSelector: metav1.LabelSelector{
+			MatchLabels: map[string]string{agentsv1alpha1.LabelProject: p.Name},
+			MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: agentsv1alpha1.LabelComponent, Operator: metav1.LabelSelectorOpIn, Values: []string{componentAgent, componentWorktree},
+			}},
+		},
+		// Ingress with no rule: nothing may connect to an agent pod.
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		Egress:      rules,
 	}
 }
 
-// runnerEgressRule lets agent pods reach the runner channel: the manager's pods by namespace and
-// labels when it runs in the cluster (a NetworkPolicy sees the pod's port, not the Service's),
-// else RunnerURL's host when it is an IP address. A manager known only by a host name cannot be
-// allowed by a NetworkPolicy; docs/project.md says to list its address in egress.allow.
-func runnerEgressRule(o Options) (networkingv1.NetworkPolicyEgressRule, bool) {
+// dnsEgressRule allows DNS to the cluster's DNS pods only: port 53 to any address would be a
+// way out (DNS tunnels, another resolver).
+func dnsEgressRule(o Options) networkingv1.NetworkPolicyEgressRule {
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	dns := intstr.FromInt32(53)
+	ns, labels := o.DNSNamespace, o.DNSPodLabels
+	if ns == "" {
+		ns = metav1.NamespaceSystem
+	}
+	if len(labels) == 0 {
+		labels = map[string]string{"k8s-app": "kube-dns"}
+	}
+	return networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(labels)},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
+	}
+}
+
+// egressProxyRule lets the pods reach the egress proxy: its pods by labels in the manager's
+// namespace, else the proxy URL's host when it is an address.
+func egressProxyRule(o Options) (networkingv1.NetworkPolicyEgressRule, bool) {
+	if o.EgressProxyURL == "" {
+		return networkingv1.NetworkPolicyEgressRule{}, false
+	}
+	if o.ManagerNamespace != "" && len(o.EgressProxyPodLabels) > 0 {
+		return podsRule(o.ManagerNamespace, o.EgressProxyPodLabels, o.EgressProxyPort), true
+	}
+	return addressRule(o.EgressProxyURL)
+}
+
+// modelAPIRule lets the runner reach a model API given by address (an in-cluster model server,
+// a test's): an address has no name for the egress proxy to check, so the policy allows it,
+// on its port only.
+func modelAPIRule(p *agentsv1alpha1.Project) (networkingv1.NetworkPolicyEgressRule, bool) {
+	m := p.Spec.Agent.ModelAPI
+	if m == nil || m.URL == "" {
+		return networkingv1.NetworkPolicyEgressRule{}, false
+	}
+	return addressRule(string(m.URL))
+}
+
+// podsRule allows pods of a namespace with labels, on port (all ports when 0). NetworkPolicy
+// sees the pod's port, not a Service's.
+func podsRule(ns string, labels map[string]string, port int32) networkingv1.NetworkPolicyEgressRule {
+	return networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(labels)},
+		}},
+		Ports: tcpPort(port),
+	}
+}
+
+func tcpPort(n int32) []networkingv1.NetworkPolicyPort {
+	if n <= 0 {
+		return nil
+	}
 	tcp := corev1.ProtocolTCP
-	port := func(n int32) []networkingv1.NetworkPolicyPort {
-		if n <= 0 {
-			return nil
-		}
-		p := intstr.FromInt32(n)
-		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
-	}
-	if o.ManagerNamespace != "" && len(o.ManagerPodLabels) > 0 {
-		return networkingv1.NetworkPolicyEgressRule{
-			To: []networkingv1.NetworkPolicyPeer{{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: o.ManagerNamespace}},
-				PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(o.ManagerPodLabels)},
-			}},
-			Ports: port(o.RunnerPort),
-		}, true
-	}
-	u, err := url.Parse(o.RunnerURL)
+	p := intstr.FromInt32(n)
+	return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
+}
+
+// addressRule allows a URL's host and port when the host is an IP address.
+func addressRule(raw string) (networkingv1.NetworkPolicyEgressRule, bool) {
+	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return networkingv1.NetworkPolicyEgressRule{}, false
 	}
@@ -356,8 +404,40 @@ func runnerEgressRule(o Options) (networkingv1.NetworkPolicyEgressRule, bool) {
 	}
 	return networkingv1.NetworkPolicyEgressRule{
 		To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: netip.PrefixFrom(ip, ip.BitLen()).String()}}},
-		Ports: port(int32(n)),
+		Ports: tcpPort(int32(n)),
 	}, true
+}
+
+// exceptions are the denied ranges a Project's CIDR contains (and does not lie within): a
+// Project that opens 0.0.0.0/0 still does not reach cloud metadata or the cluster's ranges,
+// but one that names 10.96.0.10/32 reaches that address.
+func exceptions(cidr string, denied []string) []string {
+	allow, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, d := range denied {
+		dp, err := netip.ParsePrefix(d)
+		if err != nil || dp.Addr().Is4() != allow.Addr().Is4() {
+			continue
+		}
+		if dp.Bits() > allow.Bits() && allow.Contains(dp.Addr()) {
+			out = append(out, dp.Masked().String())
+		}
+	}
+	return out
+}
+
+// runnerEgressRule lets agent pods reach the runner channel: the manager's pods by namespace and
+// labels when it runs in the cluster (a NetworkPolicy sees the pod's port, not the Service's),
+// else RunnerURL's host when it is an IP address. A manager known only by a host name cannot be
+// allowed by a NetworkPolicy; docs/project.md says to list its address in egress.allow.
+func runnerEgressRule(o Options) (networkingv1.NetworkPolicyEgressRule, bool) {
+	if o.ManagerNamespace != "" && len(o.ManagerPodLabels) > 0 {
+		return podsRule(o.ManagerNamespace, o.ManagerPodLabels, o.RunnerPort), true
+	}
+	return addressRule(o.RunnerURL)
 }
 
 // claimSpec is a PersistentVolumeClaim spec from a Project's storage with an override.

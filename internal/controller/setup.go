@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/metrics"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/runnertls"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 
@@ -42,6 +44,10 @@ type Config struct {
 	RunnerBindAddress string
 	// WebhookBindAddress serves forge webhooks (":8091"); "0" disables it.
 	WebhookBindAddress string
+	// RunnerTLSNames are the DNS names and IP addresses agent pods reach the runner channel at;
+	// set, the channel serves TLS with a certificate of the manager's own CA (kept in the
+	// RunnerTLSSecret of ManagerNamespace) and agent pods verify it. Empty: plain HTTP.
+	RunnerTLSNames []string
 	// Now is the clock (tests).
 	Now func() time.Time
 	// PollerOptions tune the forge polling (tests compress time with them). Their Clock, when
@@ -133,7 +139,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		if err != nil {
 			return nil, fmt.Errorf("runner channel: %w", err)
 		}
-		if err := mgr.Add(&httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: countReports(handler, m)}); err != nil {
+		srv := &httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: countReports(handler, m)}
+		if len(cfg.RunnerTLSNames) > 0 {
+			certs := &runnertls.Certificates{}
+			deps.RunnerCA = newRunnerCA()
+			sync := &certSync{client: mgr.GetClient(), reader: mgr.GetAPIReader(), namespace: cfg.ManagerNamespace, names: cfg.RunnerTLSNames,
+				certs: certs, ca: deps.RunnerCA, now: deps.now, onCA: func() { requeueAllProjects(ctx, mgr.GetClient(), projectEvents) }}
+			if err := mgr.Add(sync); err != nil {
+				return nil, fmt.Errorf("add runner TLS: %w", err)
+			}
+			srv.tls, srv.ready = certs.ServerConfig(), deps.RunnerCA.wait
+		}
+		if err := mgr.Add(srv); err != nil {
 			return nil, fmt.Errorf("add runner channel: %w", err)
 		}
 	}
@@ -166,6 +183,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		return nil, fmt.Errorf("set up the AgentSession controller: %w", err)
 	}
 	return deps, nil
+}
+
+// requeueAllProjects asks every Project to reconcile (the runner CA they publish changed).
+func requeueAllProjects(ctx context.Context, c client.Client, ch chan event.GenericEvent) {
+	var list agentsv1alpha1.ProjectList
+	if err := c.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List Projects to publish the runner CA")
+		return
+	}
+	for i := range list.Items {
+		send(ch, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
+	}
 }
 
 // send queues a reconcile request for obj without blocking the caller (a webhook, a runner
@@ -287,6 +316,10 @@ type httpServer struct {
 	name    string
 	addr    string
 	handler http.Handler
+	// tls, when set, serves TLS; ready, when set, is waited for before listening (the first
+	// certificate).
+	tls   *tls.Config
+	ready <-chan struct{}
 }
 
 var _ manager.LeaderElectionRunnable = (*httpServer)(nil)
@@ -294,9 +327,19 @@ var _ manager.LeaderElectionRunnable = (*httpServer)(nil)
 func (s *httpServer) NeedLeaderElection() bool { return true }
 
 func (s *httpServer) Start(ctx context.Context) error {
+	if s.ready != nil {
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	l, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", s.name, s.addr, err)
+	}
+	if s.tls != nil {
+		l = tls.NewListener(l, s.tls)
 	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)

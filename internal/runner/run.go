@@ -25,6 +25,8 @@ import (
 type RunConfig struct {
 	// Workdir is the session's checkout as the agent's container sees it.
 	Workdir string
+	// AgentHome is the agent's home in its container (CLIs keep conversations under it).
+	AgentHome string
 	Channel Channel
 	// Listen is the local server's address (DefaultListen).
 	Listen string
@@ -474,10 +476,15 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	spec, err := r.adapter.Command(agent.Turn{
 		Prompt: prompt, Resume: resume, SessionID: r.sessionID, Model: r.task.Agent.Model,
 		Permission: r.task.Agent.PermissionMode, ExtraArgs: r.task.Agent.ExtraArgs, Workdir: r.cfg.Workdir, StateDir: r.agentStateDir,
-		ModelAPI: r.modelEndpoint(),
+		Home: r.cfg.AgentHome, ModelAPI: r.modelEndpoint(),
 	})
 	if err != nil {
 		return 1, true, err
+	}
+	for _, d := range spec.Dirs {
+		if _, err := r.host.Dir(ctx, d); err != nil {
+			return 1, true, fmt.Errorf("make %s in the agent's container: %w", d, err)
+		}
 	}
 	headBefore, _ := r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "HEAD")
 	r.rep.setActivity(agentsv1alpha1.ActivityActive, "", "", nil)

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -44,17 +46,58 @@ func NewClient(baseURL, tokenFile, caFile string) (*Client, error) {
 	// agent may be given for the outside world (the token must not reach a proxy either).
 	tr.Proxy = nil
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("read CA file: %w", err)
+		pool := &caPool{path: caFile}
+		if _, err := pool.get(); err != nil {
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("no certificates in %s", caFile)
+		// The bundle is read again when it changes (the kubelet refreshes the projected file
+		// after a CA rotation), so a long-running runner follows a rotation without a restart.
+		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			roots, err := pool.get()
+			if err != nil {
+				return nil, err
+			}
+			host, _, _ := net.SplitHostPort(addr)
+			d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
+				Config: &tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS12}}
+			return d.DialContext(ctx, network, addr)
 		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	} else if u.Scheme == "https" {
+		return nil, fmt.Errorf("manager URL %q is https: the CA that signs the manager's certificate is needed (--ca-file)", baseURL)
 	}
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), TokenFile: tokenFile, HTTP: &http.Client{Transport: tr}}, nil
+}
+
+// caPool is a CA bundle file, read again when it changes.
+type caPool struct {
+	path string
+
+	mu    sync.Mutex
+	mod   time.Time
+	size  int64
+	roots *x509.CertPool
+}
+
+func (p *caPool) get() (*x509.CertPool, error) {
+	st, err := os.Stat(p.path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA file: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.roots != nil && st.ModTime().Equal(p.mod) && st.Size() == p.size {
+		return p.roots, nil
+	}
+	pem, err := os.ReadFile(p.path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no certificates in %s", p.path)
+	}
+	p.roots, p.mod, p.size = pool, st.ModTime(), st.Size()
+	return pool, nil
 }
 
 // APIError is a 4xx or 5xx answer.

@@ -17,6 +17,7 @@ package codex
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -61,7 +62,7 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 	if err != nil {
 		return agent.Command{}, err
 	}
-	args := []string{"exec", "--json", "--skip-git-repo-check"}
+	args := append([]string{"exec", "--json", "--skip-git-repo-check"}, OfflineArgs()...)
 	args = append(args, perm...)
 	if t.Model != "" {
 		args = append(args, "-m", t.Model)
@@ -79,7 +80,28 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 		args = append(args, "resume", t.SessionID)
 	}
 	args = append(args, "-")
-	return agent.Command{Name: Binary, Args: args, Env: env, Stdin: t.Prompt}, nil
+	var dirs []string
+	if t.Home != "" {
+		// Codex keeps its threads in CODEX_HOME, which must exist. The image's own is on its
+		// read-only root file system and goes with the pod; the agent's home is on the volume, so
+		// a new pod resumes the thread.
+		home := filepath.Join(t.Home, ".codex")
+		env, dirs = append(env, "CODEX_HOME="+home), []string{home}
+	}
+	return agent.Command{Name: Binary, Args: args, Env: env, Stdin: t.Prompt, Dirs: dirs}, nil
+}
+
+// OfflineArgs keep Codex from reaching anything but its model API, whatever CODEX_HOME holds
+// (the image's config.toml says the same; a CODEX_HOME on the volume starts empty): no update
+// check, no plugins (a `git ls-remote` of github.com at start), no remote plugins
+// (api.github.com), no analytics.
+func OfflineArgs() []string {
+	return []string{
+		"-c", "check_for_update_on_startup=false",
+		"-c", "features.plugins=false",
+		"-c", "features.remote_plugin=false",
+		"-c", "analytics.enabled=false",
+	}
 }
 
 // ModelProvider is the name of the model provider Codex is given for the runner's model proxy.

@@ -21,19 +21,29 @@ func kinds(events []agent.Event, k agent.Kind) []agent.Event { return agenttest.
 
 func TestCommand(t *testing.T) {
 	hostile := "-m gpt-evil\n$(id) `id` \"q\" 'q' ; | & ünï 🚀"
+	head := append([]string{"exec", "--json", "--skip-git-repo-check"}, OfflineArgs()...)
+	with := func(rest ...string) []string { return append(append([]string{}, head...), rest...) }
 	tests := []struct {
 		name string
 		turn agent.Turn
 		want []string
+		env  []string
+		dirs []string
 	}{
 		{"first turn", agent.Turn{Prompt: hostile},
-			[]string{"exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-"}},
+			with("--dangerously-bypass-approvals-and-sandbox", "-"), nil, nil},
 		{"accept edits", agent.Turn{Prompt: hostile, Permission: agentsv1alpha1.PermissionAcceptEdits, Model: "gpt-5-codex"},
-			[]string{"exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write", "-m", "gpt-5-codex", "-"}},
+			with("--sandbox", "workspace-write", "-m", "gpt-5-codex", "-"), nil, nil},
 		{"resumed read only", agent.Turn{Prompt: hostile, Resume: true, SessionID: "thread-1", Permission: agentsv1alpha1.PermissionReadOnly,
 			ExtraArgs: []string{"-c", "model_reasoning_effort=high"}},
-			[]string{"exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only", "-c", "model_reasoning_effort=high",
-				"resume", "thread-1", "-"}},
+			with("--sandbox", "read-only", "-c", "model_reasoning_effort=high", "resume", "thread-1", "-"), nil, nil},
+		{"CODEX_HOME in the agent's home, which outlives the pod", agent.Turn{Prompt: hostile, Home: "/shepherd/workspace/homes/s"},
+			with("--dangerously-bypass-approvals-and-sandbox", "-"), []string{"CODEX_HOME=/shepherd/workspace/homes/s/.codex"},
+			[]string{"/shepherd/workspace/homes/s/.codex"}},
+		{"through the model proxy", agent.Turn{Prompt: hostile, ModelAPI: &agent.ModelEndpoint{API: agentsv1alpha1.ModelAPIOpenAI, BaseURL: "http://127.0.0.1:8737"}},
+			with("--dangerously-bypass-approvals-and-sandbox", "-c", `model_provider="shepherd"`,
+				"-c", `model_providers.shepherd={name="Shepherd model proxy",base_url="http://127.0.0.1:8737/v1",wire_api="responses",env_key="OPENAI_API_KEY"}`, "-"),
+			[]string{"OPENAI_API_KEY=" + agent.PlaceholderKey}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,9 +53,13 @@ func TestCommand(t *testing.T) {
 			g.Expect(cmd.Name).To(Equal("codex"))
 			g.Expect(cmd.Args).To(Equal(tt.want))
 			g.Expect(cmd.Stdin).To(Equal(hostile))
+			g.Expect(cmd.Env).To(Equal(tt.env))
+			g.Expect(cmd.Dirs).To(Equal(tt.dirs))
 		})
 	}
-	_, err := Adapter{}.Command(agent.Turn{Prompt: "x", Resume: true})
+	_, err := Adapter{}.Command(agent.Turn{Prompt: "x", ModelAPI: &agent.ModelEndpoint{API: agentsv1alpha1.ModelAPIAnthropic}})
+	NewWithT(t).Expect(err).To(MatchError(agent.ErrModelAPI), "Codex speaks the OpenAI API only")
+	_, err = Adapter{}.Command(agent.Turn{Prompt: "x", Resume: true})
 	NewWithT(t).Expect(err).To(HaveOccurred())
 }
 
