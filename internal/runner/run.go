@@ -27,7 +27,7 @@ type RunConfig struct {
 	Workdir string
 	// AgentHome is the agent's home in its container (CLIs keep conversations under it).
 	AgentHome string
-	Channel Channel
+	Channel   Channel
 	// Listen is the local server's address (DefaultListen).
 	Listen string
 	// HostAddr is the agent container's host (agenthost.DefaultAddr).
