@@ -244,7 +244,20 @@ func run(ctx context.Context, args []string) (int, error) {
 	// What the runner makes on the volume (the agent's directories, the spares) is the pod's
 	// group's to write: the agent, another user in that group, works in them.
 	syscall.Umask(0o002)
-	return runner.Run(ctx, cfg)
+	code, err := runner.Run(ctx, cfg)
+	if ctx.Err() == nil {
+		// A native sidecar that exits is restarted by the kubelet. The agent's container
+		// carries the verdict (the runner made its host exit with the code); the runner waits
+		// for the kubelet to stop it once the agent's container has ended.
+		fmt.Fprintf(os.Stderr, "runner: the session's agent ended (code %d); waiting to be stopped\n", code)
+		// Run tells the host; an early failure may not have: the agent's container must end too.
+		exitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = agenthost.NewClient(cfg.HostAddr).Exit(exitCtx, max(code, 1))
+		cancel()
+		<-ctx.Done()
+		return 0, err
+	}
+	return code, err
 }
 
 // host serves the agent container's host until the runner asks it to exit (with the runner's

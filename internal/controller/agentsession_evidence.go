@@ -31,12 +31,14 @@ func podEvidence(pod *corev1.Pod, nodeLost bool) lifecycle.PodEvidence {
 	if ev.Phase == "" {
 		ev.Phase = lifecycle.PodPending
 	}
-	// A failing init container (prepare, copy-runner) is the agent's failure to start.
+	// A failing init container (prepare, copy-runner) is the agent's failure to start. The
+	// runner is a native sidecar: the kubelet restarts it when it ends, and ends it after the
+	// agent, so only its waiting (an image it cannot pull, a crash loop) says anything.
 	for _, cs := range pod.Status.InitContainerStatuses {
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" {
 			ev.WaitingReason, ev.WaitingMessage = w.Reason, cs.Name+": "+w.Message
 		}
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && cs.Name != containerRunner {
 			ev.Terminated = &lifecycle.ContainerExit{ExitCode: t.ExitCode, Reason: cs.Name + " " + t.Reason}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -205,6 +206,11 @@ func initDone(p *corev1.Pod, result any) {
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}}
 		if c.Name == "prepare" {
 			st.State.Terminated.Message = msg
+		}
+		if c.Name == "runner" {
+			// The native sidecar runs beside the agent.
+			st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+			st.Started = ptr.To(true)
 		}
 		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, st)
 	}

