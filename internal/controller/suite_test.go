@@ -120,9 +120,9 @@ type managerUnderTest struct {
 	// tlsNamespace, when set, serves the runner channel over TLS with the manager's own CA, kept
 	// in that namespace (the manager's own, in a cluster).
 	tlsNamespace string
-	cancel         context.CancelFunc
-	done           chan struct{}
-	deps           *controller.Deps
+	cancel       context.CancelFunc
+	done         chan struct{}
+	deps         *controller.Deps
 	// elected is closed once the manager leads (at once without leader election).
 	elected <-chan struct{}
 }
