@@ -65,6 +65,54 @@ type ProjectSpec struct {
 	// a node pool for agents, tolerations for its taints, a priority class.
 	// +optional
 	Scheduling *SchedulingSpec `json:"scheduling,omitempty"`
+
+	// TrustedAuthors says whose issue comments and review comments reach the agent's prompts.
+	// Anyone who can comment can try to steer an agent (prompt injection), so by default only the
+	// repository's owners, members and collaborators are heard; the rest are left out (the
+	// prompt says how many). The issue itself, and the session's own prompt, are always used:
+	// whoever labels or assigns an issue to Shepherd vouches for it.
+	// +optional
+	TrustedAuthors *TrustedAuthorsSpec `json:"trustedAuthors,omitempty"`
+}
+
+// AuthorAssociation is an author's relation to the repository, in GitHub's terms
+// (author_association). Gitea has no such field; Shepherd asks Gitea for the author's
+// permission on the repository (see docs/security.md). Linear comments are Member.
+// +kubebuilder:validation:Enum=Owner;Member;Collaborator;Contributor;FirstTimeContributor;FirstTimer;Mannequin;None
+type AuthorAssociation string
+
+const (
+	AssociationOwner                AuthorAssociation = "Owner"
+	AssociationMember               AuthorAssociation = "Member"
+	AssociationCollaborator         AuthorAssociation = "Collaborator"
+	AssociationContributor          AuthorAssociation = "Contributor"
+	AssociationFirstTimeContributor AuthorAssociation = "FirstTimeContributor"
+	AssociationFirstTimer           AuthorAssociation = "FirstTimer"
+	AssociationMannequin            AuthorAssociation = "Mannequin"
+	AssociationNone                 AuthorAssociation = "None"
+)
+
+// DefaultTrustedAssociations are heard when a Project sets no trustedAuthors.
+var DefaultTrustedAssociations = []AuthorAssociation{AssociationOwner, AssociationMember, AssociationCollaborator}
+
+// TrustedAuthorsSpec lists whose comments reach the agent.
+type TrustedAuthorsSpec struct {
+	// Associations whose comments are heard. Absent: Owner, Member and Collaborator. An empty
+	// list hears only the logins below.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:default={Owner,Member,Collaborator}
+	Associations []AuthorAssociation `json:"associations"`
+
+	// Logins heard whatever their association, for example a bot that posts review findings
+	// ("renovate[bot]"). Compared without regard to case, as the forges do.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=100
+	Logins []string `json:"logins,omitempty"`
 }
 
 // RepositorySpec locates the repository and says how to authenticate to it.

@@ -426,6 +426,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		}
 		r.Hub.Watch(s.key, s.forge.Conn, w)
 		obs, found := r.Hub.Get(s.key)
+		obs.PullRequest = trustedAuthors(s.project).pullRequest(obs.PullRequest)
 		in.PullRequest = pullRequestEvidence(obs, found)
 	}
 	d := lifecycle.Decide(in)

@@ -133,7 +133,9 @@ func (b *RunnerBackend) issueTask(ctx context.Context, sess *agentsv1alpha1.Agen
 	if p.Spec.Tracker != nil && p.Spec.Tracker.PromptTemplate != "" {
 		tmpl = p.Spec.Tracker.PromptTemplate
 	}
-	prompt, err := tracker.RenderPrompt(tmpl, tracker.NewPromptData(issue, tracker.PromptProject{
+	heard := *issue
+	heard.Comments, heard.OmittedComments = trustedAuthors(p).issueComments(issue.Comments)
+	prompt, err := tracker.RenderPrompt(tmpl, tracker.NewPromptData(&heard, tracker.PromptProject{
 		Name: p.Name, Namespace: p.Namespace, Repository: repo.String(), DefaultBranch: string(p.Spec.Repository.DefaultBranch),
 	}, sess.Status.Branch))
 	if err != nil {

@@ -106,11 +106,50 @@ const (
 	ReviewStatePending          ReviewState = "Pending"
 )
 
+// Association is an author's relation to the repository, in GitHub's terms
+// (author_association). Values equal the API's AuthorAssociation.
+type Association string
+
+const (
+	AssociationOwner                Association = "Owner"
+	AssociationMember               Association = "Member"
+	AssociationCollaborator         Association = "Collaborator"
+	AssociationContributor          Association = "Contributor"
+	AssociationFirstTimeContributor Association = "FirstTimeContributor"
+	AssociationFirstTimer           Association = "FirstTimer"
+	AssociationMannequin            Association = "Mannequin"
+	AssociationNone                 Association = "None"
+)
+
+// ParseGitHubAssociation maps GitHub's spelling (COLLABORATOR, FIRST_TIME_CONTRIBUTOR) to an
+// Association; anything unknown is None, so that a new value is never trusted by accident.
+func ParseGitHubAssociation(s string) Association {
+	switch s {
+	case "OWNER":
+		return AssociationOwner
+	case "MEMBER":
+		return AssociationMember
+	case "COLLABORATOR":
+		return AssociationCollaborator
+	case "CONTRIBUTOR":
+		return AssociationContributor
+	case "FIRST_TIME_CONTRIBUTOR":
+		return AssociationFirstTimeContributor
+	case "FIRST_TIMER":
+		return AssociationFirstTimer
+	case "MANNEQUIN":
+		return AssociationMannequin
+	}
+	return AssociationNone
+}
+
 // Review is one submitted review.
 type Review struct {
 	ID     string
 	Author string
-	State  ReviewState
+	// Association is the author's relation to the repository.
+	Association Association
+	State       ReviewState
 	// Dismissed is true when the review was dismissed; State then keeps what it said, when the
 	// forge tells (GitHub reports only "dismissed", so State is Dismissed there too).
 	Dismissed   bool
@@ -120,13 +159,15 @@ type Review struct {
 // ReviewThread is one unresolved review conversation, as the agent needs it to answer.
 type ReviewThread struct {
 	// ID is the forge's thread id (a GraphQL node id on GitHub), stable across refreshes.
-	ID       string
-	Author   string
-	Path     string
-	Line     int
-	Body     string
-	URL      string
-	Outdated bool
+	ID     string
+	Author string
+	// Association is the relation of the thread's first author to the repository.
+	Association Association
+	Path        string
+	Line        int
+	Body        string
+	URL         string
+	Outdated    bool
 }
 
 // ChecksState summarises the checks on the head commit. Values equal the API's ChecksState.

@@ -23,6 +23,9 @@ Comments:
 - {{.Author}}: {{.Body}}
 {{- end}}
 {{end}}
+{{- if .Issue.OmittedComments}}
+({{.Issue.OmittedComments}} comment(s) by authors this project does not trust were left out.)
+{{end}}
 You are on the branch {{.Branch}} of {{.Project.Repository}}. Make the change, add or update tests,
 and commit your work. Shepherd pushes the branch and opens the pull request.
 `
@@ -39,6 +42,9 @@ type PromptIssue struct {
 	ID, Title, Body, URL string
 	Labels               []string
 	Comments             []Comment
+	// OmittedComments counts the comments left out because the Project does not trust their
+	// authors (spec.trustedAuthors).
+	OmittedComments int
 }
 
 // PromptProject is what a template sees as .Project; it prints as its name.
@@ -72,7 +78,7 @@ func NewPromptData(issue *Issue, project PromptProject, branch string) PromptDat
 	}
 	return PromptData{
 		Issue: PromptIssue{ID: issue.ID, Title: clip(issue.Title, 1024), Body: clip(issue.Body, maxPromptBody), URL: issue.URL,
-			Labels: issue.Labels, Comments: cut},
+			Labels: issue.Labels, Comments: cut, OmittedComments: issue.OmittedComments},
 		Project: project,
 		Branch:  branch,
 	}

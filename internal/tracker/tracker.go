@@ -32,13 +32,18 @@ type Issue struct {
 	// Completed is true once the issue is done or cancelled.
 	Completed bool
 	Comments  []Comment
+	// OmittedComments counts comments left out because the Project does not trust their
+	// authors (set by the caller that applies the Project's policy).
+	OmittedComments int
 }
 
 // Comment is one comment on an issue.
 type Comment struct {
-	Author    string
-	Body      string
-	CreatedAt time.Time
+	Author string
+	// Association is the author's relation to the repository (Member for Linear).
+	Association scm.Association
+	Body        string
+	CreatedAt   time.Time
 }
 
 // ListOptions select issues for the backlog.

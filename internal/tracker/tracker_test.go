@@ -67,6 +67,12 @@ func TestRenderPromptKeepsHostileTextVerbatim(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("Labels: bug, agent:backlog"))
 	g.Expect(out).To(ContainSubstring("- alice: please hurry"))
 	g.Expect(out).To(ContainSubstring("shepherd/42-fix of acme/widgets"))
+	g.Expect(out).NotTo(ContainSubstring("were left out"))
+
+	issue.OmittedComments = 3
+	out, err = RenderPrompt("", NewPromptData(issue, PromptProject{Name: "widgets", Repository: "acme/widgets"}, "shepherd/42-fix"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("(3 comment(s) by authors this project does not trust were left out.)"))
 }
 
 func TestRenderPromptCustomTemplate(t *testing.T) {

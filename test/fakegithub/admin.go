@@ -157,6 +157,28 @@ func (s *Server) SetDefaultBranch(full, branch string) error {
 	return nil
 }
 
+// SetAssociation sets the author association GitHub reports for login's comments and reviews on
+// the repository (OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR, FIRST_TIME_CONTRIBUTOR, FIRST_TIMER,
+// MANNEQUIN or NONE).
+func (s *Server) SetAssociation(full, login, association string) error {
+	switch association {
+	case "OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "MANNEQUIN", "NONE":
+	default:
+		return fmt.Errorf("association %q is not one GitHub reports", association)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.repo(full)
+	if r == nil {
+		return fmt.Errorf("repository %s: %w", full, ErrNotFound)
+	}
+	if r.associations == nil {
+		r.associations = map[string]string{}
+	}
+	r.associations[strings.ToLower(login)] = association
+	return nil
+}
+
 // CheckRun describes a check run to create or update.
 type CheckRun struct {
 	Name string
@@ -648,6 +670,8 @@ func (s *Server) serveAdminRepo(full string, rest []string, method string, str f
 		raw, _ := json.Marshal(body)
 		_ = json.Unmarshal(raw, &p)
 		reply(map[string]any{}, s.SetProtection(full, Protection{RequiredChecks: p.RequiredChecks, RequiredApprovals: p.RequiredApprovals, Strict: p.Strict}))
+	case is("associations") && method == http.MethodPut:
+		reply(map[string]any{}, s.SetAssociation(full, str("login"), str("association")))
 	case is("pulls") && method == http.MethodPost:
 		var draft bool
 		_ = json.Unmarshal(body["draft"], &draft)

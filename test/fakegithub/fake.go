@@ -240,10 +240,26 @@ type Repo struct {
 	graph      map[string][]string    // commit → parents; nil when stale
 	mergeCache map[string]bool        // "base head" → conflicts
 	ancestry   map[string]bool        // "a b" → a is an ancestor of b
+	// associations are the author associations SetAssociation set, by lower-case login.
+	associations map[string]string
 }
 
 // FullName is "owner/name".
 func (r *Repo) FullName() string { return r.Owner + "/" + r.Name }
+
+// association is what GitHub reports as a login's author_association on the repository: OWNER
+// for the repository's owner, what SetAssociation said, and COLLABORATOR for everyone else. The
+// last is the fake's choice, not GitHub's (which says NONE for a stranger): the fake's users are
+// the tests' team unless a test names an outsider.
+func (r *Repo) association(login string) string {
+	if strings.EqualFold(login, r.Owner) {
+		return "OWNER"
+	}
+	if a, ok := r.associations[strings.ToLower(login)]; ok {
+		return a
+	}
+	return "COLLABORATOR"
+}
 
 // Protection is the base branch protection of a repository (one rule set for all bases).
 type Protection struct {

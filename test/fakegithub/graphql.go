@@ -649,6 +649,8 @@ func (e *executor) resolve(typ string, obj any, f *ast.Field) (any, *gqlErr) {
 			return o.rv.ID, nil
 		case "author":
 			return actorView{login: o.rv.User}, nil
+		case "authorAssociation":
+			return o.pr.base.association(o.rv.User), nil
 		case "state":
 			return o.rv.State, nil
 		case "submittedAt":
@@ -690,6 +692,8 @@ func (e *executor) resolve(typ string, obj any, f *ast.Field) (any, *gqlErr) {
 			return o.c.ID, nil
 		case "author":
 			return actorView{login: o.c.User}, nil
+		case "authorAssociation":
+			return o.pr.base.association(o.c.User), nil
 		case "body":
 			return o.c.Body, nil
 		case "path":

@@ -114,6 +114,11 @@ func (r *Repo) reviewDecision(p *pull) string {
 		if rv.State == "COMMENTED" || rv.State == "PENDING" {
 			continue
 		}
+		switch r.association(rv.User) {
+		case "OWNER", "MEMBER", "COLLABORATOR":
+		default:
+			continue // only reviews by those with write access count
+		}
 		latest[rv.User] = rv
 	}
 	approvals := 0

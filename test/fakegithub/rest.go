@@ -437,7 +437,7 @@ func (s *Server) pullJSONAs(base *Repo, p *pull, full, peek bool) map[string]any
 		"draft":              p.Draft,
 		"head":               s.branchJSON(p.HeadRepo, p.HeadRef, p.HeadSHA),
 		"base":               s.branchJSON(base, p.BaseRef, base.refs[p.BaseRef]),
-		"author_association": "CONTRIBUTOR",
+		"author_association": base.association(p.Author),
 		"auto_merge":         nil,
 	}
 	if full {
@@ -682,7 +682,7 @@ func (s *Server) reviewJSON(r *Repo, p *pull, rv *review) map[string]any {
 		"pull_request_url":   fmt.Sprintf("%s/repos/%s/pulls/%d", s.baseURL, r.FullName(), p.Number),
 		"submitted_at":       ts(rv.SubmittedAt),
 		"commit_id":          rv.CommitID,
-		"author_association": "COLLABORATOR",
+		"author_association": r.association(rv.User),
 	}
 }
 
@@ -851,6 +851,6 @@ func (s *Server) issueCommentJSON(r *Repo, n int, c *comment) map[string]any {
 		"body":       c.Body,
 		"user":       s.userJSON(c.User),
 		"created_at": ts(c.CreatedAt), "updated_at": ts(c.CreatedAt),
-		"author_association": "CONTRIBUTOR",
+		"author_association": r.association(c.User),
 	}
 }

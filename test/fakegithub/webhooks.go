@@ -148,7 +148,7 @@ func (s *Server) reviewCommentJSON(base *Repo, p *pull, t *thread, c *comment) m
 		"html_url":           fmt.Sprintf("%s/%s/pull/%d#discussion_r%d", s.baseURL, base.FullName(), p.Number, c.ID),
 		"pull_request_url":   fmt.Sprintf("%s/repos/%s/pulls/%d", s.baseURL, base.FullName(), p.Number),
 		"url":                fmt.Sprintf("%s/repos/%s/pulls/comments/%d", s.baseURL, base.FullName(), c.ID),
-		"author_association": "COLLABORATOR",
+		"author_association": base.association(c.User),
 	}
 }
 

@@ -67,8 +67,12 @@ type Issue struct {
 
 // Comment on an issue.
 type Comment struct {
+	// Author is the user's display name; empty for a comment an integration synced in
+	// (Linear then has no user on it).
 	Author, Body string
-	CreatedAt    time.Time
+	// Guest marks an author who is a guest of the workspace.
+	Guest     bool
+	CreatedAt time.Time
 }
 
 // New returns a fake accepting apiKey; Start serves it.
@@ -395,9 +399,12 @@ func (s *Server) issueJSON(is *Issue) map[string]any {
 	}
 	comments := []any{}
 	for i, c := range is.Comments {
+		var user any
+		if c.Author != "" {
+			user = map[string]any{"id": "user-" + c.Author, "name": c.Author, "displayName": c.Author, "guest": c.Guest}
+		}
 		comments = append(comments, map[string]any{"id": fmt.Sprintf("comment-%d", i), "body": c.Body,
-			"createdAt": c.CreatedAt.UTC().Format(time.RFC3339),
-			"user":      map[string]any{"id": "user-" + c.Author, "name": c.Author, "displayName": c.Author}})
+			"createdAt": c.CreatedAt.UTC().Format(time.RFC3339), "user": user})
 	}
 	var desc any
 	if is.Description != "" {

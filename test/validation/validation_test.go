@@ -384,6 +384,14 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.scheduling.runtimeClassName: Invalid value: "gVisor": spec.scheduling.runtimeClassName in body should match '^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$'`,
 		}),
+		Entry("a trusted association GitHub does not have", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.TrustedAuthors = &agentsv1alpha1.TrustedAuthorsSpec{Associations: []agentsv1alpha1.AuthorAssociation{"Maintainer"}}
+				}).Obj()
+			},
+			want: `[spec.trustedAuthors.associations[0]: Unsupported value: "Maintainer": supported values: "Owner", "Member", "Collaborator", "Contributor", "FirstTimeContributor", "FirstTimer", "Mannequin", "None", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
 		Entry("SendToAgent on exited", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerExited, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionSendToAgent}).Obj()
@@ -528,6 +536,18 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 		Expect(p.Spec.SCM.Provider).To(Equal(agentsv1alpha1.SCMGitHub))
 		Expect(p.Spec.SCM.PollInterval.Duration.String()).To(Equal("1m0s"))
 		Expect(p.Spec.Workspace.Mode).To(Equal(agentsv1alpha1.WorkspaceWorktree))
+		// trustedAuthors with only logins keeps the default associations; an explicit empty
+		// list stays empty (only the logins are heard).
+		withLogins := MakeProject("logins", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.TrustedAuthors = &agentsv1alpha1.TrustedAuthorsSpec{Logins: []string{"renovate[bot]"}}
+		}).Obj()
+		Expect(k8sClient.Create(ctx, withLogins)).To(Succeed())
+		Expect(withLogins.Spec.TrustedAuthors.Associations).To(Equal(agentsv1alpha1.DefaultTrustedAssociations))
+		onlyLogins := MakeProject("only-logins", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.TrustedAuthors = &agentsv1alpha1.TrustedAuthorsSpec{Associations: []agentsv1alpha1.AuthorAssociation{}, Logins: []string{"lead"}}
+		}).Obj()
+		Expect(k8sClient.Create(ctx, onlyLogins)).To(Succeed())
+		Expect(onlyLogins.Spec.TrustedAuthors.Associations).To(BeEmpty())
 		s := MakeSession("s", ns, "p").Issue("#42").Obj()
 		Expect(k8sClient.Create(ctx, s)).To(Succeed())
 		Expect(s.Spec.State).To(Equal(agentsv1alpha1.SessionRunning))

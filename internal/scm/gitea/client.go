@@ -1,6 +1,8 @@
 package gitea
 
 import (
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -31,6 +33,8 @@ type Client struct {
 	http     *http.Client
 	cfg      scm.Config
 	identity string
+	// associations caches Association's answers.
+	associations *lru.Cache[associationKey, associationEntry]
 }
 
 // NewClient builds a client from cfg. cfg.APIURL is Gitea's API base (https://gitea.example.com
@@ -63,7 +67,9 @@ func NewClient(cfg scm.Config) (*Client, error) {
 	if identity == "" {
 		identity = "token"
 	}
-	return &Client{base: base, webBase: web, token: tok, http: &http.Client{Transport: transport}, cfg: cfg, identity: identity}, nil
+	associations, _ := lru.New[associationKey, associationEntry](maxAssociations)
+	return &Client{base: base, webBase: web, token: tok, http: &http.Client{Transport: transport}, cfg: cfg, identity: identity,
+		associations: associations}, nil
 }
 
 // endpoints derives the API base and the web base from the configured URL.

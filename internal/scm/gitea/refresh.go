@@ -319,6 +319,7 @@ func (rc *refreshCall) convert(ctx context.Context, j *job, fetched time.Time) (
 	pr.DetailsFetchedAt = fetched
 	pr.Reviews = convertReviews(reviews)
 	pr.Threads = threads(comments)
+	rc.p.annotate(ctx, j.repo, pr)
 	pr.Checks = rollup(statuses, prot)
 	pr.ReviewDecision = reviewDecision(reviews, prot)
 	pr.MergeState = mergeStateOf(g, conflict, prot, reviews, pr.Checks)

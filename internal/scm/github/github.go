@@ -145,6 +145,7 @@ type Provider struct {
 
 type threadComment struct {
 	Author, Body, URL string
+	Association       scm.Association
 }
 
 // New returns the GitHub provider.

@@ -384,8 +384,8 @@ func TestReviewsDismissedAndThreads(t *testing.T) {
 	got := e.get(t, pr.Number)
 	g.Expect(got.ReviewDecision).To(Equal(scm.ReviewChangesRequested))
 	g.Expect(got.Threads).To(HaveLen(1))
-	g.Expect(got.Threads[0]).To(Equal(scm.ReviewThread{ID: thread, Author: "alice", Path: "src/login.go", Line: 42, Body: "This panics on nil",
-		URL: got.Threads[0].URL}))
+	g.Expect(got.Threads[0]).To(Equal(scm.ReviewThread{ID: thread, Author: "alice", Association: scm.AssociationCollaborator,
+		Path: "src/login.go", Line: 42, Body: "This panics on nil", URL: got.Threads[0].URL}))
 	g.Expect(got.Threads[0].URL).To(ContainSubstring("/acme/widgets/pull/1#discussion_r"))
 	g.Expect(got.Status().UnresolvedThreads).To(BeEquivalentTo(1))
 
@@ -401,6 +401,44 @@ func TestReviewsDismissedAndThreads(t *testing.T) {
 	got = e.get(t, pr.Number)
 	g.Expect(got.ReviewDecision).To(Equal(scm.ReviewApproved))
 	g.Expect(got.MergeState).To(Equal(scm.MergeStateClean))
+}
+
+// TestAuthorAssociations: threads and reviews carry GitHub's author association, so that a
+// Project's trustedAuthors can leave an outsider's comments out of prompts.
+func TestAuthorAssociations(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	pr := e.open(t, "feature", false)
+	g.Expect(e.fake.SetAssociation(e.full, "mallory", "NONE")).To(Succeed())
+	g.Expect(e.fake.SetAssociation(e.full, "carol", "MEMBER")).To(Succeed())
+	g.Expect(e.fake.SetAssociation(e.full, "carol", "PRESIDENT")).To(MatchError(ContainSubstring("not one GitHub reports")))
+	for _, who := range []string{"mallory", "carol", "acme"} {
+		_, err := e.fake.AddReviewThread(e.full, pr.Number, who, "main.go", 1, "remark by "+who)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = e.fake.AddReview(e.full, pr.Number, who, "COMMENTED", "review by "+who)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	got := e.get(t, pr.Number)
+	want := map[string]scm.Association{"mallory": scm.AssociationNone, "carol": scm.AssociationMember, "acme": scm.AssociationOwner}
+	threads := map[string]scm.Association{}
+	for _, th := range got.Threads {
+		threads[th.Author] = th.Association
+	}
+	g.Expect(threads).To(Equal(want))
+	reviews := map[string]scm.Association{}
+	for _, r := range got.Reviews {
+		reviews[r.Author] = r.Association
+	}
+	g.Expect(reviews).To(Equal(want))
+
+	// Without branch protection GitHub leaves reviewDecision null and the adapter computes it:
+	// a stranger's approval does not make the pull request Approved.
+	_, err := e.fake.AddReview(e.full, pr.Number, "mallory", "APPROVED", "LGTM, merge it")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.get(t, pr.Number).ReviewDecision).To(Equal(scm.ReviewNone))
+	_, err = e.fake.AddReview(e.full, pr.Number, "carol", "APPROVED", "LGTM")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.get(t, pr.Number).ReviewDecision).To(Equal(scm.ReviewApproved))
 }
 
 func TestReviewDecisionWithoutProtection(t *testing.T) {

@@ -57,7 +57,7 @@ const threadFields = `pageInfo { hasNextPage endCursor } nodes { id isResolved i
 // written per pull request rather than in a fragment.
 func fullSelection(number int) string {
 	return `body
-  reviews(last: 100) { nodes { id author { login } state submittedAt } }
+  reviews(last: 100) { nodes { id author { login } authorAssociation state submittedAt } }
   reviewThreads(first: 100) { ` + threadFields + ` }
   commits(last: 1) { nodes { commit { id oid statusCheckRollup { state ` + checkContextsSelection(number, "") + ` } } } }`
 }
@@ -73,10 +73,11 @@ type gqlPageInfo struct {
 }
 
 type gqlReview struct {
-	ID          string    `json:"id"`
-	Author      *gqlActor `json:"author"`
-	State       string    `json:"state"`
-	SubmittedAt time.Time `json:"submittedAt"`
+	ID                string    `json:"id"`
+	Author            *gqlActor `json:"author"`
+	AuthorAssociation string    `json:"authorAssociation"`
+	State             string    `json:"state"`
+	SubmittedAt       time.Time `json:"submittedAt"`
 }
 
 type gqlThread struct {
@@ -527,7 +528,7 @@ func (p *Provider) loadThreadComments(ctx context.Context, jobs []*refreshJob) e
 		for i, id := range batch {
 			decl = append(decl, fmt.Sprintf("$t%d: ID!", i))
 			vars[fmt.Sprintf("t%d", i)] = id
-			fmt.Fprintf(&body, "  t%d: node(id: $t%d) { ... on PullRequestReviewThread { comments(first: 1) { nodes { author { login } body url } } } }\n", i, i)
+			fmt.Fprintf(&body, "  t%d: node(id: $t%d) { ... on PullRequestReviewThread { comments(first: 1) { nodes { author { login } authorAssociation body url } } } }\n", i, i)
 		}
 		q := "query(" + strings.Join(decl, ", ") + ") {\n  " + rateLimitSelection + "\n" + body.String() + "}"
 		var data map[string]json.RawMessage
@@ -538,9 +539,10 @@ func (p *Provider) loadThreadComments(ctx context.Context, jobs []*refreshJob) e
 			var node struct {
 				Comments struct {
 					Nodes []struct {
-						Author *gqlActor `json:"author"`
-						Body   string    `json:"body"`
-						URL    string    `json:"url"`
+						Author            *gqlActor `json:"author"`
+						AuthorAssociation string    `json:"authorAssociation"`
+						Body              string    `json:"body"`
+						URL               string    `json:"url"`
 					} `json:"nodes"`
 				} `json:"comments"`
 			}
@@ -554,7 +556,7 @@ func (p *Provider) loadThreadComments(ctx context.Context, jobs []*refreshJob) e
 			tc := threadComment{}
 			if len(node.Comments.Nodes) > 0 {
 				c := node.Comments.Nodes[0]
-				tc = threadComment{Author: login(c.Author), Body: c.Body, URL: c.URL}
+				tc = threadComment{Author: login(c.Author), Association: scm.ParseGitHubAssociation(c.AuthorAssociation), Body: c.Body, URL: c.URL}
 			}
 			p.threadComments.Add(id, tc)
 		}
@@ -621,7 +623,7 @@ func (p *Provider) convert(repo scm.Repo, g *gqlPR, full bool, fetched time.Time
 				th.Line = *t.OriginalLine
 			}
 			if c, ok := p.threadComments.Get(t.ID); ok {
-				th.Author, th.Body, th.URL = c.Author, c.Body, c.URL
+				th.Author, th.Association, th.Body, th.URL = c.Author, c.Association, c.Body, c.URL
 			}
 			pr.Threads = append(pr.Threads, th)
 		}
@@ -685,7 +687,7 @@ func convertMergeState(s string) scm.MergeState {
 }
 
 func convertReview(r gqlReview) scm.Review {
-	out := scm.Review{ID: r.ID, Author: login(r.Author), SubmittedAt: r.SubmittedAt}
+	out := scm.Review{ID: r.ID, Author: login(r.Author), Association: scm.ParseGitHubAssociation(r.AuthorAssociation), SubmittedAt: r.SubmittedAt}
 	switch r.State {
 	case "APPROVED":
 		out.State = scm.ReviewStateApproved
@@ -703,7 +705,9 @@ func convertReview(r gqlReview) scm.Review {
 
 // convertDecision maps GitHub's reviewDecision. GitHub leaves it null when the base branch
 // requires no review; reviews still say something then, so the decision is computed from each
-// reviewer's latest approving or blocking review, dismissed ones left out.
+// reviewer's latest approving or blocking review, dismissed ones left out. Only the repository's
+// owners, members and collaborators count, as on GitHub: anyone may review a public repository's
+// pull request, and a stranger's approval must not make it Approved (and so merge it).
 func convertDecision(d *string, reviews []scm.Review) scm.ReviewDecision {
 	if d != nil {
 		switch *d {
@@ -717,6 +721,11 @@ func convertDecision(d *string, reviews []scm.Review) scm.ReviewDecision {
 	}
 	latest := map[string]scm.Review{}
 	for _, r := range reviews {
+		switch r.Association {
+		case scm.AssociationOwner, scm.AssociationMember, scm.AssociationCollaborator:
+		default:
+			continue
+		}
 		switch r.State {
 		case scm.ReviewStateApproved, scm.ReviewStateChangesRequested, scm.ReviewStateDismissed:
 			if prev, ok := latest[r.Author]; !ok || !r.SubmittedAt.Before(prev.SubmittedAt) {

@@ -122,12 +122,19 @@ func (t *Tracker) GetIssue(ctx context.Context, id string) (*tracker.Issue, erro
 	if err := t.c.Get(scmgitea.Op(ctx, "issues.list_comments"), fmt.Sprintf("%s/issues/%d/comments", t.path(), n), nil, &comments, scm.ErrNotFound); err != nil {
 		return nil, fmt.Errorf("comments of %s#%d: %w", t.repo, n, err)
 	}
+	seen := map[string]scm.Association{}
 	for _, c := range comments {
 		author := "Ghost"
 		if c.User != nil {
 			author = c.User.Login
 		}
-		out.Comments = append(out.Comments, tracker.Comment{Author: author, Body: c.Body, CreatedAt: c.Created})
+		assoc, ok := seen[author]
+		if !ok {
+			// A failed lookup leaves None: an author whose standing is unknown is not heard.
+			assoc, _ = t.c.Association(ctx, t.repo, author)
+			seen[author] = assoc
+		}
+		out.Comments = append(out.Comments, tracker.Comment{Author: author, Association: assoc, Body: c.Body, CreatedAt: c.Created})
 	}
 	return out, nil
 }

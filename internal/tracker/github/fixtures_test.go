@@ -101,7 +101,7 @@ func TestParseDocumentedIssueAndComments(t *testing.T) {
 	g.Expect(is.Labels).To(Equal([]string{"bug"}))
 	g.Expect(is.State).To(Equal("open"))
 	g.Expect(is.Completed).To(BeFalse())
-	g.Expect(is.Comments).To(Equal([]tracker.Comment{{Author: "octocat", Body: "Me too",
+	g.Expect(is.Comments).To(Equal([]tracker.Comment{{Author: "octocat", Association: scm.AssociationCollaborator, Body: "Me too",
 		CreatedAt: time.Date(2011, 4, 14, 16, 0, 49, 0, time.UTC)}}))
 }
 

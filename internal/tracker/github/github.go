@@ -104,7 +104,7 @@ func (t *Tracker) GetIssue(ctx context.Context, id string) (*tracker.Issue, erro
 		return nil, fmt.Errorf("comments of %s#%d: %w", t.repo, n, mapErr(err))
 	}
 	for _, c := range comments {
-		out.Comments = append(out.Comments, tracker.Comment{Author: c.GetUser().GetLogin(), Body: c.GetBody(), CreatedAt: c.GetCreatedAt().Time})
+		out.Comments = append(out.Comments, tracker.Comment{Author: c.GetUser().GetLogin(), Association: scm.ParseGitHubAssociation(c.GetAuthorAssociation()), Body: c.GetBody(), CreatedAt: c.GetCreatedAt().Time})
 	}
 	return out, nil
 }

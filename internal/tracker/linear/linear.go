@@ -173,6 +173,7 @@ type issueNode struct {
 			CreatedAt time.Time `json:"createdAt"`
 			User      *struct {
 				DisplayName string `json:"displayName"`
+				Guest       bool   `json:"guest"`
 			} `json:"user"`
 		} `json:"nodes"`
 	} `json:"comments"`
@@ -203,11 +204,17 @@ func convert(n issueNode) tracker.Issue {
 	}
 	if n.Comments != nil {
 		for _, c := range n.Comments.Nodes {
-			author := "someone"
+			// A workspace's users are its members, and guests are invited by its admins; a
+			// comment without a user was synced in by an integration (Slack, a support desk)
+			// from someone outside, and is heard only if the Project trusts None.
+			author, assoc := "someone", scm.AssociationNone
 			if c.User != nil {
-				author = c.User.DisplayName
+				author, assoc = c.User.DisplayName, scm.AssociationMember
+				if c.User.Guest {
+					assoc = scm.AssociationCollaborator
+				}
 			}
-			out.Comments = append(out.Comments, tracker.Comment{Author: author, Body: c.Body, CreatedAt: c.CreatedAt})
+			out.Comments = append(out.Comments, tracker.Comment{Author: author, Association: assoc, Body: c.Body, CreatedAt: c.CreatedAt})
 		}
 	}
 	return out
@@ -223,7 +230,7 @@ func (t *Tracker) issue(ctx context.Context, id string, withComments bool) (*iss
 	}
 	fields := issueFields
 	if withComments {
-		fields += ` comments(first: 50) { nodes { body createdAt user { displayName } } }`
+		fields += ` comments(first: 50) { nodes { body createdAt user { displayName guest } } }`
 	}
 	var data struct {
 		Issue issueNode `json:"issue"`

@@ -34,7 +34,9 @@ func TestLinearIssueToBranchAndPrompt(t *testing.T) {
 	ctx := context.Background()
 	title := "Crash when name has ; rm -rf ~ && `id` — 日本語 🚀 " + strings.Repeat("x", 250)
 	key := fake.AddIssue("ENG", fakelinear.Issue{Title: title, Description: "Repro: open $(settings)", Labels: []string{"bug"},
-		Comments: []fakelinear.Comment{{Author: "bob", Body: "seen in prod", CreatedAt: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)}}})
+		Comments: []fakelinear.Comment{{Author: "bob", Body: "seen in prod", CreatedAt: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)},
+			{Author: "gus", Guest: true, Body: "me too", CreatedAt: time.Date(2026, 11, 2, 1, 0, 0, 0, time.UTC)},
+			{Body: "synced from the support desk", CreatedAt: time.Date(2026, 11, 2, 2, 0, 0, 0, time.UTC)}}})
 	g.Expect(key).To(Equal("ENG-1"))
 
 	is, err := tr.GetIssue(ctx, "eng-1")
@@ -44,8 +46,10 @@ func TestLinearIssueToBranchAndPrompt(t *testing.T) {
 	g.Expect(is.Title).To(Equal(title))
 	g.Expect(is.Body).To(Equal("Repro: open $(settings)"))
 	g.Expect(is.Labels).To(ConsistOf("bug"))
-	g.Expect(is.Comments).To(HaveLen(1))
+	g.Expect(is.Comments).To(HaveLen(3))
 	g.Expect(is.Comments[0].Author).To(Equal("bob"))
+	g.Expect([]scm.Association{is.Comments[0].Association, is.Comments[1].Association, is.Comments[2].Association}).To(Equal(
+		[]scm.Association{scm.AssociationMember, scm.AssociationCollaborator, scm.AssociationNone}), "members, guests, and comments an integration synced in")
 
 	branch, err := tracker.BranchName("agents/", is)
 	g.Expect(err).NotTo(HaveOccurred())
