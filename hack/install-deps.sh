@@ -8,13 +8,14 @@
 #   containerd runc                 the container runtime behind the kubelet (CRI)
 #   containernetworking-plugins     bridge, host-local, portmap, loopback CNI plugins in /usr/lib/cni
 #   iptables conntrack              kube-proxy (iptables mode) and the CNI bridge's masquerading
+#   ipset                           kube-router's network-policy controller (NetworkPolicy), with iptables
 #   socat                           kubectl port-forward through the kubelet
 #   debootstrap                     the Debian root filesystem (git, ca-certificates) of the runner image
 #   gcc libc6-dev                   the pause image, compiled statically from kubernetes' pause.c
 #   git                             the test git server (git http-backend) and the runner image's checkouts
 set -euo pipefail
 
-PACKAGES=(containerd runc containernetworking-plugins iptables conntrack socat debootstrap gcc libc6-dev git ca-certificates)
+PACKAGES=(containerd runc containernetworking-plugins iptables ipset conntrack socat debootstrap gcc libc6-dev git ca-certificates)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -38,6 +38,7 @@ func writeKubeconfigs(l layout, server string) error {
 		cKubelet:             "kubelet-client",
 		cKwok:                cAdmin,
 		cProvisioner:         cProvisioner,
+		cNetpol:              cNetpol,
 	}
 	for name, cert := range users {
 		crt, err := os.ReadFile(l.pki(cert + ".crt"))

@@ -34,12 +34,14 @@ func cmdDown(ctx context.Context, g globals, args []string) error {
 }
 
 // teardown stops everything `up` started and removes the run directory except its logs:
-//  1. the volume provisioner, KWOK, kube-proxy and the kubelet (so nothing restarts pods);
+//  1. the volume provisioner, KWOK, kube-proxy, kube-router and the kubelet (so nothing
+//     restarts pods);
 //  2. every pod sandbox through CRI, which runs the CNI DEL (veths, IPs, netns mounts, chains);
 //  3. containerd, then any shim or container process left (by socket path and kubepods cgroup);
 //  4. the control plane;
-//  5. the mounts under the run directory, deepest first; kube-proxy's iptables rules; the cni0
-//     bridge; the kubepods cgroups; the sysctls `up` changed; the run directory.
+//  5. the mounts under the run directory, deepest first; kube-proxy's and kube-router's iptables
+//     rules and kube-router's ipsets; the cni0 bridge; the kubepods cgroups; the sysctls `up`
+//     changed; the run directory.
 func teardown(ctx context.Context, l layout) error {
 	var errs []error
 	st, _ := readState(l)
@@ -57,6 +59,8 @@ func teardown(ctx context.Context, l layout) error {
 	stopComponent(cProvisioner, 5*time.Second)
 	stopComponent(cKwok, 5*time.Second)
 	stopComponent(cProxy, 5*time.Second)
+	// kube-router keeps its rules when it stops; removeNetpolRules below deletes them.
+	stopComponent(cNetpol, 5*time.Second)
 	stopComponent(cKubelet, 10*time.Second)
 
 	if _, ok := l.pidOf(cContainerd, cContainerd); ok {
@@ -93,6 +97,9 @@ func teardown(ctx context.Context, l layout) error {
 	}
 	if st.BinDir != "" {
 		cleanupIptables(ctx, filepath.Join(st.BinDir, cProxy), l)
+	}
+	if err := removeNetpolRules(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	removeKubeletChains(ctx)
 	removeOrphanNetns(ctx)
@@ -136,7 +143,7 @@ func teardown(ctx context.Context, l layout) error {
 const devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
 
 // clusterBinaries are the executables the cluster runs (by base name).
-var clusterBinaries = []string{cEtcd, cAPIServer, cControllerManager, cScheduler, cKubelet, cProxy, cKwok, cProvisioner, cContainerd, "containerd-shim-runc-v2", "containerd-shim"}
+var clusterBinaries = []string{cEtcd, cAPIServer, cControllerManager, cScheduler, cKubelet, cProxy, cNetpol, cKwok, cProvisioner, cContainerd, "containerd-shim-runc-v2", "containerd-shim"}
 
 // clusterProcesses are the live processes of this cluster: one of its binaries (or of only
 // these, when given) with the run directory on its command line (containerd's shims carry the

@@ -18,6 +18,7 @@ const (
 	cProxy             = "kube-proxy"
 	cKwok              = "kwok"
 	cProvisioner       = "provisioner" // the volume provisioner: this program's `provisioner` command
+	cNetpol            = "kube-router" // its network-policy controller only (netpol.go)
 	cAdmin             = "admin"
 )
 
@@ -40,6 +41,7 @@ const (
 	schedulerPort   = 10259
 	kwokPort        = 10247
 	provisionerPort = 10246 // the provisioner's /healthz on loopback
+	netpolHealthz   = 20244 // kube-router's /healthz (its default port; it binds every address)
 
 	// kwokNodeAnnotation marks the fake nodes KWOK manages; the real node has none.
 	kwokNodeAnnotation = "kwok.x-k8s.io/node"

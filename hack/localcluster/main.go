@@ -1,7 +1,8 @@
 // Command localcluster brings up a real single-node Kubernetes cluster on this machine (etcd,
-// kube-apiserver, kube-scheduler, kube-controller-manager, containerd, kubelet, kube-proxy and
-// optionally KWOK with fake nodes), builds Shepherd's images without a Docker engine and loads them
-// into the cluster's containerd. docs/local-cluster.md explains every setting.
+// kube-apiserver, kube-scheduler, kube-controller-manager, containerd, kubelet, kube-proxy,
+// kube-router's network-policy controller and optionally KWOK with fake nodes), builds
+// Shepherd's images without a Docker engine and loads them into the cluster's containerd.
+// docs/local-cluster.md explains every setting.
 //
 //	localcluster up [--kwok-nodes N] [--node-ip IP]   start (or keep) the cluster; prints KUBECONFIG
 //	localcluster down                                 stop everything, unmount, delete the run dir

@@ -48,6 +48,8 @@ func clusterCerts(nodeIP net.IP) []certSpec {
 		{file: cProxy, cn: "system:kube-proxy", client: true},
 		// The volume provisioner: only the ClusterRole `up` binds to this user (storage.go).
 		{file: cProvisioner, cn: provisionerUser, client: true},
+		// kube-router's network-policy controller: only the ClusterRole `up` binds to it (netpol.go).
+		{file: cNetpol, cn: netpolUser, client: true},
 		// The Node authorizer and NodeRestriction know the kubelet by this name and group.
 		{file: "kubelet-client", cn: "system:node:" + nodeName, orgs: []string{"system:nodes"}, client: true},
 		{file: "kubelet-serving", cn: nodeName, server: true, dns: []string{nodeName, "localhost"}, ips: []net.IP{nodeIP, loop}},

@@ -16,7 +16,7 @@ import (
 )
 
 // componentNames in start order; `down` stops them in reverse.
-var componentNames = []string{cEtcd, cContainerd, cAPIServer, cProvisioner, cControllerManager, cScheduler, cKubelet, cProxy, cKwok}
+var componentNames = []string{cEtcd, cContainerd, cAPIServer, cProvisioner, cControllerManager, cScheduler, cKubelet, cProxy, cNetpol, cKwok}
 
 // health is one line of `status`.
 type health struct {
@@ -50,6 +50,7 @@ func checkHealth(ctx context.Context, l layout, st state) healthReport {
 		cProxy:             httpProbe(plain, fmt.Sprintf("http://127.0.0.1:%d/healthz", proxyHealthz), ""),
 		cKwok:              httpProbe(plain, fmt.Sprintf("http://127.0.0.1:%d/healthz", kwokPort), ""),
 		cProvisioner:       httpProbe(plain, fmt.Sprintf("http://127.0.0.1:%d/healthz", provisionerPort), "ok"),
+		cNetpol:            netpolProbe(plain),
 		cContainerd: func(ctx context.Context) error {
 			c, err := dialCRI(l.containerdSock())
 			if err != nil {

@@ -78,6 +78,10 @@ func cmdUp(ctx context.Context, g globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	netpolBin, err := netpolBinary(ctx, g.repo)
+	if err != nil {
+		return err
+	}
 	ip, mtu, err := nodeAddress(o.nodeIP)
 	if err != nil {
 		return err
@@ -94,7 +98,7 @@ func cmdUp(ctx context.Context, g globals, args []string) error {
 	}
 	st := state{NodeIP: ip.String(), KwokNodes: o.kwokNodes, BinDir: binDir, Sysctls: map[string]string{}}
 
-	err = bringUp(ctx, l, &st, binDir, ip, mtu, pause, kwokDir)
+	err = bringUp(ctx, l, &st, binDir, netpolBin, ip, mtu, pause, kwokDir)
 	if err != nil {
 		if o.keepOnFailure {
 			return fmt.Errorf("%w\n(left running: --keep-on-failure; `localcluster down` stops it)", err)
@@ -120,7 +124,7 @@ func printUp(l layout, st state, took time.Duration) {
 
 // bringUp writes the configuration and starts the components in dependency order, waiting for
 // each with a bounded timeout.
-func bringUp(ctx context.Context, l layout, st *state, binDir string, ip net.IP, mtu int, pause pauseImage, kwokDir string) error {
+func bringUp(ctx context.Context, l layout, st *state, binDir, netpolBin string, ip net.IP, mtu int, pause pauseImage, kwokDir string) error {
 	// A fresh run directory: etcd data, certificates and containerd state are per cluster. Never
 	// delete through a mount left by a crash (a container's bind mount could reach host files).
 	if err := unmountUnder(l.root); err != nil {
@@ -204,6 +208,9 @@ func bringUp(ctx context.Context, l layout, st *state, binDir string, ip net.IP,
 	if err := installStorage(ctx, cs); err != nil {
 		return componentErr(l, cAPIServer, err.Error())
 	}
+	if err := installNetpolRBAC(ctx, cs); err != nil {
+		return componentErr(l, cAPIServer, err.Error())
+	}
 	provBin, err := installProvisionerBinary(l)
 	if err != nil {
 		return err
@@ -254,11 +261,20 @@ func bringUp(ctx context.Context, l layout, st *state, binDir string, ip net.IP,
 	if err := waitFor(ctx, l, kubelet, 120*time.Second, func(ctx context.Context) error { return nodeReady(ctx, cs, nodeName) }); err != nil {
 		return err
 	}
+	// NetworkPolicy: kube-router reads its node at start (it exits when there is none), so it
+	// comes after the node; before any pod of the user's, so every pod is filtered from its start.
+	netpol, err := l.start(component{name: cNetpol, bin: netpolBin, args: netpolArgs(l)})
+	if err != nil {
+		return err
+	}
 	// Pods need the default ServiceAccount, which the controller-manager creates.
 	if err := waitFor(ctx, l, cm, 60*time.Second, func(ctx context.Context) error {
 		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
 	}); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, l, netpol, 60*time.Second, netpolProbe(plainClient)); err != nil {
 		return err
 	}
 	if st.KwokNodes > 0 {
@@ -393,11 +409,14 @@ func writeConfigs(l layout, ip net.IP, mtu int, pauseName, kwokDir string) error
 }
 
 // hostSysctls are set for the cluster and restored by `down`: forwarding and bridged traffic
-// through iptables for pods and Services. The kubelet itself sets the last three (it has no
-// option to leave them alone), so their previous values are recorded too.
+// through iptables for pods, Services and NetworkPolicies. The kubelet itself sets the last three
+// (it has no option to leave them alone), so their previous values are recorded too.
 var hostSysctls = []struct{ key, value string }{
 	{"net/ipv4/ip_forward", "1"},
+	// Pod-to-pod traffic on cni0 is bridged: only these two make it traverse the FORWARD chain,
+	// where kube-router's NetworkPolicy rules are (bridge netfilter is built into our kernels).
 	{"net/bridge/bridge-nf-call-iptables", "1"},
+	{"net/bridge/bridge-nf-call-ip6tables", "1"},
 	{"vm/overcommit_memory", ""},
 	{"kernel/panic", ""},
 	{"kernel/panic_on_oops", ""},
@@ -427,7 +446,7 @@ func prepareHost(st *state) error {
 // preflight checks the host tools and that no other process holds the cluster's ports.
 func preflight() error {
 	var missing []string
-	for _, t := range []string{cContainerd, "containerd-shim-runc-v2", "runc", "ctr", "iptables", "conntrack", "gcc"} {
+	for _, t := range []string{cContainerd, "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip6tables", "ipset", "conntrack", "gcc"} {
 		if _, err := exec.LookPath(t); err != nil {
 			missing = append(missing, t)
 		}
@@ -441,7 +460,7 @@ func preflight() error {
 		return fmt.Errorf("missing on this machine: %s (run hack/install-deps.sh)", strings.Join(missing, ", "))
 	}
 	var busy []string
-	for _, p := range []int{apiserverPort, etcdClientPort, etcdPeerPort, kubeletPort, kubeletHealthz, proxyMetrics, proxyHealthz, cmPort, schedulerPort, kwokPort, provisionerPort} {
+	for _, p := range []int{apiserverPort, etcdClientPort, etcdPeerPort, kubeletPort, kubeletHealthz, proxyMetrics, proxyHealthz, cmPort, schedulerPort, kwokPort, provisionerPort, netpolHealthz} {
 		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p))
 		if err != nil {
 			busy = append(busy, strconv.Itoa(p))
