@@ -16,6 +16,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/runner"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/test/modelserver"
 	"github.com/shepherd-dev/shepherd/test/realagents"
@@ -26,6 +28,9 @@ import (
 type realAgent struct {
 	typ  agentsv1alpha1.AgentType
 	mode agentsv1alpha1.WorkspaceMode
+	// api is the model API the CLI speaks through the runner's proxy; model the session's model.
+	api   agentsv1alpha1.ModelAPIKind
+	model string
 	// commit is the replies that write file (relative to dir) with content and commit it with
 	// msg, through the CLI's own file and shell tools.
 	commit func(dir, file, content, msg string) []modelserver.Reply
@@ -48,12 +53,12 @@ type printedUsage struct {
 
 var realAgents = []realAgent{
 	{
-		typ: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree,
+		typ: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, api: agentsv1alpha1.ModelAPIAnthropic,
 		commit: func(dir, file, content, msg string) []modelserver.Reply {
 			return []modelserver.Reply{
 				modelserver.Tools(modelserver.ToolCall{Name: "Write", Input: map[string]any{"file_path": filepath.Join(dir, file), "content": content}}),
 				modelserver.Tools(modelserver.ToolCall{Name: "Bash", Input: map[string]any{
-					"command": "git add -- " + file + " && git commit -m '" + msg + "'", "description": "Commit the change"}}),
+					"command": dumpEnv + "git add -- " + file + " && git commit -m '" + msg + "'", "description": "Commit the change"}}),
 			}
 		},
 		conversation: func(r modelserver.Request) string { return r.Header.Get("X-Claude-Code-Session-Id") },
@@ -63,29 +68,36 @@ var realAgents = []realAgent{
 	{
 		// Codex's default model runs its tools through the free-form "exec" tool: JavaScript that
 		// awaits the nested apply_patch and exec_command (see test/realagents).
-		typ: agentsv1alpha1.AgentCodex, mode: agentsv1alpha1.WorkspaceClone,
+		typ: agentsv1alpha1.AgentCodex, mode: agentsv1alpha1.WorkspaceClone, api: agentsv1alpha1.ModelAPIOpenAI,
 		commit: func(_, file, content, msg string) []modelserver.Reply {
 			patch := "*** Begin Patch\n*** Add File: " + file + "\n+" + strings.TrimSuffix(content, "\n") + "\n*** End Patch\n"
 			js := fmt.Sprintf("const p = await tools.apply_patch(%s);\ntext(p);\nconst r = await tools.exec_command({cmd: %s});\ntext(r.output);\n",
-				jsString(patch), jsString("git add -- "+file+" && git commit -m '"+msg+"'"))
+				jsString(patch), jsString(dumpEnv+"git add -- "+file+" && git commit -m '"+msg+"'"))
 			return []modelserver.Reply{modelserver.Tools(modelserver.ToolCall{Name: "exec", Input: js})}
 		},
 		conversation: func(r modelserver.Request) string { return r.Header.Get("Thread-Id") },
 		usage:        codexUsage,
 	},
 	{
-		typ: agentsv1alpha1.AgentOpenCode, mode: agentsv1alpha1.WorkspaceWorktree,
+		typ: agentsv1alpha1.AgentOpenCode, mode: agentsv1alpha1.WorkspaceWorktree, api: agentsv1alpha1.ModelAPIAnthropic, model: "claude-sonnet-4-5",
 		commit: func(dir, file, content, msg string) []modelserver.Reply {
 			return []modelserver.Reply{
 				modelserver.Tools(modelserver.ToolCall{Name: "write", Input: map[string]any{"filePath": filepath.Join(dir, file), "content": content}}),
 				modelserver.Tools(modelserver.ToolCall{Name: "bash", Input: map[string]any{
-					"command": "git add -- " + file + " && git commit -m '" + msg + "'", "description": "Commit the change"}}),
+					"command": dumpEnv + "git add -- " + file + " && git commit -m '" + msg + "'", "description": "Commit the change"}}),
 			}
 		},
 		conversation: func(r modelserver.Request) string { return r.Header.Get("X-Session-Id") },
 		usage:        opencodeUsage,
 	},
 }
+
+// dumpEnv, before each commit, writes what the CLI's shell tool sees of its environment (and of
+// its parent's, the CLI itself) to an untracked file, as a steered agent would look for a key.
+const dumpEnv = "{ env; tr '\\0' '\\n' < /proc/$PPID/environ; } > ../agent-env.txt 2>&1; "
+
+// realModelKey is the Project's model API key: the runner's proxy adds it; the CLI never has it.
+const realModelKey = "sk-ant-real-key-only-the-runner-reads-0123456789"
 
 // TestRealCLIsInTheRunner: the runner drives each real CLI (hack/agent-clis.versions) against
 // the scripted model server. The model writes a file and commits it through the CLI's own tools;
@@ -113,11 +125,19 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 	g.Expect(ms.Start("127.0.0.1:0")).To(Succeed())
 	t.Cleanup(func() { _ = ms.Close() })
 
-	h := newHarness(t, options{agent: a.typ, mode: a.mode, branch: hostileBranch, prompt: hostilePrompt})
+	// The model API as a Project sets it: the runner's proxy reads the key from its own file
+	// (the runner container's Secret volume) and forwards to the upstream, here the scripted
+	// server; the CLI gets the proxy's address and a placeholder key (agent.Turn.ModelAPI).
+	keyFile := filepath.Join(t.TempDir(), "api-key")
+	g.Expect(os.WriteFile(keyFile, []byte(realModelKey+"\n"), 0o600)).To(Succeed())
+	home := filepath.Join(t.TempDir(), "home")
+	h := newHarness(t, options{agent: a.typ, mode: a.mode, branch: hostileBranch, prompt: hostilePrompt, agentModel: a.model, agentHome: home,
+		model: &runner.ModelConfig{API: a.api, Upstream: ms.URL(), KeyFile: keyFile}})
 	// The runner passes its environment to the agent, as in the pod: the real CLI first on PATH,
-	// its own HOME, the model API (newHarness set HOME for git; the CLI gets another).
+	// its own HOME, the settings that keep it offline; no model API and no key (newHarness set
+	// HOME for git; the CLI gets another).
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	setup, err := realagents.ForAgent(a.typ, filepath.Join(t.TempDir(), "home"), ms.URL())
+	setup, err := realagents.ForAgent(a.typ, home, "")
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, kv := range append(setup.Env, realagents.ProxyEnv(ms.URL())...) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -184,6 +204,19 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 		g.Expect(strings.Join(r.UserTexts(), "\n")).To(ContainSubstring(hostileMessage))
 	}
 	g.Expect(ms.Problems()).To(BeEmpty())
+
+	// Every model request came through the runner's proxy with the Project's key; the CLI's
+	// environment, and its shell tool's, held only the placeholder.
+	for _, r := range ms.Requests() {
+		creds := r.Header.Get("X-Api-Key") + " " + r.Header.Get("Authorization")
+		g.Expect(creds).To(ContainSubstring(realModelKey), "request %d (%s) carries the real key", r.Seq, r.Path)
+		g.Expect(creds).NotTo(ContainSubstring(agent.PlaceholderKey))
+	}
+	seen, err := os.ReadFile(filepath.Join(filepath.Dir(h.checkout), "agent-env.txt"))
+	g.Expect(err).NotTo(HaveOccurred(), "the CLI's shell tool ran")
+	g.Expect(string(seen)).To(ContainSubstring(agent.PlaceholderKey), "the CLI has the placeholder")
+	g.Expect(string(seen)).NotTo(ContainSubstring(realModelKey), "the CLI never has the real key")
+	g.Expect(string(seen)).NotTo(ContainSubstring("SHEPHERD_TOKEN"))
 
 	// Session id, model, cost and tokens in the reports come from the CLI's own output.
 	reps := be.Reports(s)

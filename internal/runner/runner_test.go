@@ -96,20 +96,22 @@ type call struct {
 }
 
 type harness struct {
-	t        *testing.T
-	srv      *gitserver.Server
-	env      *runnerapitest.Env
-	session  types.NamespacedName
-	state    string
-	root     string
-	checkout string
-	mode     agentsv1alpha1.WorkspaceMode
-	branch   string
-	stdout   *syncBuffer
-	stderr   *syncBuffer
-	cancel   context.CancelFunc
-	done     chan result
-	spares   *workspace.Spares
+	t         *testing.T
+	model     *runner.ModelConfig
+	agentHome string
+	srv       *gitserver.Server
+	env       *runnerapitest.Env
+	session   types.NamespacedName
+	state     string
+	root      string
+	checkout  string
+	mode      agentsv1alpha1.WorkspaceMode
+	branch    string
+	stdout    *syncBuffer
+	stderr    *syncBuffer
+	cancel    context.CancelFunc
+	done      chan result
+	spares    *workspace.Spares
 	// host is the agent container's host, served in this process: it runs the fake CLIs as the
 	// pod's agent container would. ready says the checkout step finished (a pod starts its agent
 	// container only then).
@@ -154,6 +156,12 @@ type options struct {
 	sc     scenario
 	// spares is the Project's spareWorktrees (worktree mode); 0 passes no Spares to Run.
 	spares int
+	// model is the runner's model proxy; nil serves none.
+	model *runner.ModelConfig
+	// agentModel is the task's agent.model.
+	agentModel string
+	// agentHome is the agent's home (RunConfig.AgentHome).
+	agentHome string
 }
 
 // newHarness starts a git server that requires credentials only the manager has, the real
@@ -163,7 +171,7 @@ func newHarness(t *testing.T, o options) *harness {
 	t.Helper()
 	g := NewWithT(t)
 	h := &harness{t: t, session: types.NamespacedName{Namespace: "team-a", Name: "fix-widgets"}, branch: o.branch, mode: o.mode,
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}, model: o.model, agentHome: o.agentHome}
 	var err error
 	h.srv, err = gitserver.New(t.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -178,7 +186,7 @@ func newHarness(t *testing.T, o options) *harness {
 	t.Cleanup(h.env.Close)
 	h.env.Backend.SetGitRemote(h.srv.URL(repo), http.Header{"Authorization": {basicAuth(user, password)}})
 	h.env.Backend.SetTask(h.session, runnerapi.Task{
-		Agent:  runnerapi.AgentConfig{Type: o.agent, PermissionMode: agentsv1alpha1.PermissionBypass},
+		Agent:  runnerapi.AgentConfig{Type: o.agent, Model: o.agentModel, PermissionMode: agentsv1alpha1.PermissionBypass},
 		Prompt: o.prompt, Title: "Fix the widgets", Issue: &runnerapi.Issue{ID: "42"},
 		Repository: h.srv.URL(repo), Branch: o.branch, BaseBranch: "main",
 	})
@@ -274,7 +282,7 @@ func (h *harness) startRunner() {
 	addr := make(chan string, 1)
 	go func() {
 		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Listen: "127.0.0.1:0", HostAddr: h.hostAddr,
-			Volume: h.volume(), StateDir: filepath.Join(h.root, "runner", "fix-widgets"),
+			Volume: h.volume(), StateDir: filepath.Join(h.root, "runner", "fix-widgets"), Model: h.model, AgentHome: h.agentHome,
 			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
 			Stdout: h.stdout, Stderr: h.stderr, Spares: h.spares, OnListen: func(a string) { addr <- a }})
 		h.done <- result{code, err}

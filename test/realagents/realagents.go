@@ -165,6 +165,8 @@ type Setup struct {
 
 // ForAgent sets up the CLI of typ in home (its private HOME, where it keeps its conversations:
 // resuming needs the same home) to use the model server at baseURL (http://host:port, no /v1).
+// With baseURL "" it sets up only what keeps the CLI offline, with no model API and no key: the
+// runner's model proxy gives the CLI those (agent.Turn.ModelAPI), as in a pod.
 func ForAgent(typ agentsv1alpha1.AgentType, home, baseURL string) (Setup, error) {
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return Setup{}, err
@@ -200,8 +202,6 @@ func ForAgent(typ agentsv1alpha1.AgentType, home, baseURL string) (Setup, error)
 func Claude(home, baseURL string) Setup {
 	env := []string{
 		"HOME=" + home,
-		"ANTHROPIC_BASE_URL=" + baseURL,
-		"ANTHROPIC_API_KEY=" + APIKey,
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 		"DISABLE_AUTOUPDATER=1",
 		"DISABLE_TELEMETRY=1",
@@ -212,6 +212,9 @@ func Claude(home, baseURL string) Setup {
 	// non-root user and never need this; the tests here run as root on a throwaway VM.
 	if os.Geteuid() == 0 {
 		env = append(env, "IS_SANDBOX=1")
+	}
+	if baseURL != "" {
+		env = append(env, "ANTHROPIC_BASE_URL="+baseURL, "ANTHROPIC_API_KEY="+APIKey)
 	}
 	return Setup{Env: env}
 }
@@ -225,10 +228,12 @@ func Codex(home, baseURL string) (Setup, error) {
 	if err := os.MkdirAll(codexHome, 0o755); err != nil {
 		return Setup{}, err
 	}
-	config := fmt.Sprintf(`# Written by test/realagents: Codex against the scripted model server, offline.
-model_provider = "shepherd"
-check_for_update_on_startup = false
-
+	// Top-level keys come before the first table: after it, they would belong to that table.
+	top, provider := "", ""
+	env := []string{"HOME=" + home, "CODEX_HOME=" + codexHome}
+	if baseURL != "" {
+		top = "model_provider = \"shepherd\"\n"
+		provider = fmt.Sprintf(`
 [model_providers.shepherd]
 name = "Scripted model server"
 base_url = %q
@@ -236,6 +241,11 @@ wire_api = "responses"
 env_key = "OPENAI_API_KEY"
 request_max_retries = 4
 stream_max_retries = 5
+`, baseURL+"/v1")
+		env = append(env, "OPENAI_API_KEY="+APIKey)
+	}
+	config := "# Written by test/realagents: Codex against the scripted model server, offline.\n" + top +
+		`check_for_update_on_startup = false
 
 [features]
 plugins = false
@@ -243,11 +253,11 @@ remote_plugin = false
 
 [analytics]
 enabled = false
-`, baseURL+"/v1")
+` + provider
 	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o644); err != nil {
 		return Setup{}, err
 	}
-	return Setup{Env: []string{"HOME=" + home, "CODEX_HOME=" + codexHome, "OPENAI_API_KEY=" + APIKey}}, nil
+	return Setup{Env: env}, nil
 }
 
 // OpenCodeProvider is the provider id of the scripted model server in OpenCode's configuration;
@@ -309,12 +319,25 @@ func OpenCode(home, baseURL string) (Setup, error) {
 // OpenCodeConfig is an OpenCode configuration (opencode.json, or OPENCODE_CONFIG_CONTENT) whose
 // only provider, OpenCodeProvider, is the scripted model server at baseURL on OpenCode's
 // Anthropic provider, with two models (claude-sonnet-4-5 and claude-haiku-4-5, priced so that
-// OpenCode prints a cost) and defaultModel as the default.
+// OpenCode prints a cost) and defaultModel as the default. With baseURL "" the provider has no
+// options (the adapter's configuration for the runner's model proxy adds them: OpenCode merges
+// the two) and only the models' prices remain.
 func OpenCodeConfig(baseURL, apiKey, defaultModel string) map[string]any {
 	model := func(name string, in, out float64) map[string]any {
 		return map[string]any{"name": name, "tool_call": true, "attachment": false, "reasoning": false, "temperature": true,
 			"limit": map[string]any{"context": 200000, "output": 64000},
 			"cost":  map[string]any{"input": in, "output": out, "cache_read": in / 10, "cache_write": in * 1.25}}
+	}
+	provider := map[string]any{
+		"npm":  "@ai-sdk/anthropic",
+		"name": "Scripted model server",
+		"models": map[string]any{
+			"claude-sonnet-4-5": model("Sonnet (scripted)", 3, 15),
+			"claude-haiku-4-5":  model("Haiku (scripted)", 1, 5),
+		},
+	}
+	if baseURL != "" {
+		provider["options"] = map[string]any{"baseURL": baseURL + "/v1", "apiKey": apiKey}
 	}
 	return map[string]any{
 		"$schema":           "https://opencode.ai/config.json",
@@ -323,15 +346,7 @@ func OpenCodeConfig(baseURL, apiKey, defaultModel string) map[string]any {
 		"model":             OpenCodeProvider + "/" + defaultModel,
 		"small_model":       OpenCodeProvider + "/claude-haiku-4-5",
 		"enabled_providers": []string{OpenCodeProvider},
-		"provider": map[string]any{OpenCodeProvider: map[string]any{
-			"npm":     "@ai-sdk/anthropic",
-			"name":    "Scripted model server",
-			"options": map[string]any{"baseURL": baseURL + "/v1", "apiKey": apiKey},
-			"models": map[string]any{
-				"claude-sonnet-4-5": model("Sonnet (scripted)", 3, 15),
-				"claude-haiku-4-5":  model("Haiku (scripted)", 1, 5),
-			},
-		}},
+		"provider":          map[string]any{OpenCodeProvider: provider},
 	}
 }
 
