@@ -177,7 +177,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.egressPort, "egress-proxy-port", 3128, "Port of the egress proxy's pods.")
 	fs.StringVar(&o.dnsNamespace, "dns-namespace", "kube-system", "Namespace of the cluster's DNS pods, the only DNS servers agent pods may ask.")
 	fs.StringVar(&o.dnsPodLabels, "dns-pod-labels", "k8s-app=kube-dns", "Labels of the cluster's DNS pods (key=value,...).")
-	fs.StringVar(&o.clusterCIDRs, "cluster-cidrs", "", "The cluster's pod and service ranges (comma-separated): a Project's egress CIDR that contains one excepts it unless it lies within it.")
+	fs.StringVar(&o.clusterCIDRs, "cluster-cidrs", "", "The cluster's pod and service ranges and the API server's addresses (comma-separated): a Project's egress CIDR that contains one excepts it unless it lies within it. Empty: read from the nodes' pod ranges, the ServiceCIDRs and the kubernetes Service's endpoints at start.")
 	fs.StringVar(&o.deniedCIDRs, "denied-cidrs", "169.254.0.0/16,fe80::/10,100.64.0.0/10", "Ranges agent pods may not reach even inside a wider egress CIDR a Project opens (cloud metadata), unless the Project names them.")
 	fs.StringVar(&o.runnerImage, "runner-image", "shepherd-runner:latest", "Image holding the runner binary, copied into every agent pod.")
 	fs.StringVar(&o.agentImages, "agent-images", "claude-code=shepherd-agent-claude-code:latest,codex=shepherd-agent-codex:latest,opencode=shepherd-agent-opencode:latest,aider=shepherd-agent-aider:latest",
@@ -341,13 +341,30 @@ func run(o options) error {
 		o.egressProxyURL = fmt.Sprintf("http://%s", net.JoinHostPort(ip, fmt.Sprint(port)))
 		log.Info("Egress proxy URL derived from its Service", "url", o.egressProxyURL)
 	}
+	clusterCIDRs := splitComma(o.clusterCIDRs)
+	if len(clusterCIDRs) == 0 {
+		// Without --cluster-cidrs the ranges come from the cluster: a Project's wide egress CIDR
+		// then still excepts the pods, the Services and the API server.
+		c, err := client.New(restCfg, client.Options{})
+		if err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ranges, err := controller.DiscoverClusterRanges(dctx, c)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("find the cluster's pod, service and API server ranges (or set --cluster-cidrs): %w", err)
+		}
+		clusterCIDRs = ranges.All()
+		log.Info("Cluster ranges found", "pods", ranges.Pods, "services", ranges.Services, "apiServer", ranges.APIServer)
+	}
 	ctx := ctrl.SetupSignalHandler()
 	if _, err := controller.Setup(ctx, mgr, controller.Config{
 		Options: controller.Options{
 			RunnerImage: o.runnerImage, AgentImages: images, RunnerURL: o.runnerURL, ImagePullPolicy: o.imagePullPolicy,
 			ManagerNamespace: os.Getenv("POD_NAMESPACE"), ManagerPodLabels: podLabels, RunnerPort: bindPort(o.runnerAddr),
 			EgressProxyURL: o.egressProxyURL, EgressProxyPodLabels: egressLabels, EgressProxyPort: int32(o.egressPort),
-			DNSNamespace: o.dnsNamespace, DNSPodLabels: dnsLabels, ClusterCIDRs: splitComma(o.clusterCIDRs), DeniedCIDRs: splitComma(o.deniedCIDRs),
+			DNSNamespace: o.dnsNamespace, DNSPodLabels: dnsLabels, ClusterCIDRs: clusterCIDRs, DeniedCIDRs: splitComma(o.deniedCIDRs),
 		},
 		RunnerBindAddress:  o.runnerAddr,
 		RunnerTLSNames:     tlsNames,
