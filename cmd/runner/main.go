@@ -141,7 +141,13 @@ func splitList(s string) []string {
 func copySelf(args []string) error {
 	fs := flag.NewFlagSet("copy-self", flag.ExitOnError)
 	to := fs.String("to", env("SHEPHERD_COPY_TO", "/shepherd/bin/runner"), "destination of the runner binary (env SHEPHERD_COPY_TO)")
+	gitConfig := fs.String("git-config", env("SHEPHERD_GIT_CONFIG", ""), "also write the agent containers' system git configuration here (env SHEPHERD_GIT_CONFIG)")
 	_ = fs.Parse(args)
+	if *gitConfig != "" {
+		if err := runner.WriteAgentGitConfig(*gitConfig); err != nil {
+			return err
+		}
+	}
 	return runner.CopySelf(*to)
 }
 

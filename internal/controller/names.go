@@ -50,8 +50,11 @@ const (
 	projectMount = "/shepherd/project"
 	binMount     = "/shepherd/bin"
 	runnerBinary = binMount + "/runner"
-	tokenMount   = "/var/run/secrets/shepherd"
-	tokenFile    = tokenMount + "/token"
+	// agentGitConfig is the agent containers' system git configuration (runner.AgentGitConfig),
+	// written by copy-runner.
+	agentGitConfig = binMount + "/gitconfig"
+	tokenMount     = "/var/run/secrets/shepherd"
+	tokenFile      = tokenMount + "/token"
 )
 
 // checkoutPath is where a Worktree's checkout lives in its volume.

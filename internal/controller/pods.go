@@ -257,7 +257,7 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 		Name:            containerCopyRunner,
 		Image:           d.Options.RunnerImage,
 		ImagePullPolicy: pull,
-		Args:            []string{"copy-self", "--to=" + runnerBinary},
+		Args:            []string{"copy-self", "--to=" + runnerBinary, "--git-config=" + agentGitConfig},
 		VolumeMounts:    []corev1.VolumeMount{{Name: volBin, MountPath: binMount}},
 		SecurityContext: restrictedContainer(runnerUser),
 		Resources: corev1.ResourceRequirements{
@@ -425,7 +425,7 @@ func runnerResources() corev1.ResourceRequirements {
 // agentBaseEnv is what the agent's containers get before the Project's own: their home, and
 // the egress proxy as the way out (the runner's local server is on loopback, never proxied).
 func (d *Deps) agentBaseEnv(home string) []corev1.EnvVar {
-	env := []corev1.EnvVar{{Name: "HOME", Value: home}}
+	env := []corev1.EnvVar{{Name: "HOME", Value: home}, {Name: "GIT_CONFIG_SYSTEM", Value: agentGitConfig}}
 	if u := d.Options.EgressProxyURL; u != "" {
 		env = append(env,
 			corev1.EnvVar{Name: "HTTP_PROXY", Value: u}, corev1.EnvVar{Name: "HTTPS_PROXY", Value: u},

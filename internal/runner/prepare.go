@@ -72,6 +72,14 @@ func Prepare(ctx context.Context, cfg PrepareConfig) (*workspace.Result, error) 
 		// The checkout's top directory was made by the runner (another user); in the agent's
 		// own domain that is safe.
 		ConfigArgs: []string{"-c", "safe.directory=*"}}
+	// A local fetch from the mirror (the runner's) runs upload-pack in the mirror, where git
+	// drops command-line settings: the exception must be a global setting. Only this one: the
+	// hardened git reads no other global or system configuration.
+	if global, err := trustAllGlobal(); err == nil {
+		g.Env = append(g.Env, "GIT_CONFIG_GLOBAL="+global)
+	} else {
+		return nil, err
+	}
 	if cfg.Log != nil {
 		g.Log = cfg.Log
 		cfg.Workspace.SetupOutput = cfg.Log
@@ -147,6 +155,43 @@ func writeResult(path string, v any) {
 		b, _ = json.Marshal(map[string]string{"error": "result too large for the termination message; see the container log"})
 	}
 	_ = os.WriteFile(path, b, 0o644)
+}
+
+// trustAllGlobal writes a global git configuration that only trusts every repository's owner
+// (safe.directory=*), in the container's temporary directory.
+func trustAllGlobal() (string, error) {
+	path := filepath.Join(os.TempDir(), "shepherd-prepare.gitconfig")
+	if err := os.WriteFile(path, []byte("[safe]\n\tdirectory = *\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// AgentGitConfig is the system git configuration of the agent's containers (GIT_CONFIG_SYSTEM):
+// the mirror and a claimed spare checkout are the runner's (another uid), and git refuses a
+// repository another user owns ("dubious ownership"). Command-line and environment settings do
+// not reach the git that serves a local fetch (git clears them for another repository), so the
+// exception is a system setting. It includes the image's own /etc/gitconfig. In the agent's
+// domain it trusts nothing it should not: the repositories there are the session's own checkout
+// and the runner's mirror (read-only); the runner's own git never reads this file
+// (workspace.HardenedEnv sets GIT_CONFIG_NOSYSTEM).
+const AgentGitConfig = `# Written by the runner (copy-self --git-config) for the agent's containers.
+[include]
+	path = /etc/gitconfig
+[safe]
+	directory = *
+`
+
+// WriteAgentGitConfig writes AgentGitConfig to path, readable by all.
+func WriteAgentGitConfig(path string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(AgentGitConfig), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("install %s: %w", path, err)
+	}
+	return nil
 }
 
 // CopySelf copies the running binary to dest atomically (the init container that injects the
