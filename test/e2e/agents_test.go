@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os/exec"
 	"strings"
 	"time"
@@ -16,47 +14,37 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
-	"github.com/shepherd-dev/shepherd/internal/runnerapi"
-	"github.com/shepherd-dev/shepherd/internal/runnerapi/runnerapitest"
-	"github.com/shepherd-dev/shepherd/test/gitserver"
+	"github.com/shepherd-dev/shepherd/internal/agent"
 	"github.com/shepherd-dev/shepherd/test/modelserver"
-	"github.com/shepherd-dev/shepherd/test/realagents"
+	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
-// The agent pods of these specs follow docs/runner.md's layout: the runner copied in from the
-// runner image, the checkout prepared by an init container (here with the runner image's git; the
-// controllers run prepare in the agent image, which has git too), the agent image running
-// `runner run`, which runs the real CLI turn by turn and talks to the manager's channel with the
-// pod's projected token.
+// Each real CLI runs through the controllers, as a team runs it: a Project whose agent talks to
+// the scripted model server through the runner's model proxy (agent.modelAPI: the key in the
+// runner's container, a placeholder in the agent's), an AgentSession with a prompt, the agent
+// pod the manager makes, the fake GitHub on the node IP as the forge. The model edits a file
+// and commits with the CLI's own shell tool; the runner pushes through the manager; the manager
+// opens the pull request.
 const (
-	podRunnerPath   = "/shepherd/bin/runner"
-	podCheckoutPath = "/shepherd/checkout/repo"
-	podTokenDir     = "/var/run/secrets/shepherd"
-	agentRepo       = "acme/widgets"
-	// scriptedAPIKey is what the CLIs send the scripted model server, which accepts any.
-	scriptedAPIKey = "sk-shepherd-e2e-scripted"
 	// agentCommitMsg is the commit the model makes with the CLI's shell tool.
 	agentCommitMsg = "Note the agent user in the README"
-	// modelProvider is the scripted model server's id in Codex's and OpenCode's provider settings.
-	modelProvider = "shepherd"
+	// agentModelKey is the Project's model API key, which only the runner's container holds.
+	agentModelKey = "sk-ant-e2e-model-key-only-the-runner-reads"
 )
 
-// realAgent is what differs between the real CLIs in their pods: the image, how the model API is
-// configured (docs/agents.md, "Using them in a Project": env on the agent container, and the
-// Task's extraArgs and model, which the runner passes to the adapter), the CLI's shell tool and
-// how the model calls it, and what the CLI shows of its conversation.
+// realAgent is what differs between the real CLIs: the image, the model API it speaks and its
+// model, the CLI's shell tool and how the model calls it, and what the CLI shows of its
+// conversation.
 type realAgent struct {
 	name  string // in the README line the agent writes
 	typ   agentsv1alpha1.AgentType
 	image string
-	// modelAPI is the model API's configuration for the server at url (http://host:port): the
-	// agent container's env and the Task's agent settings.
-	modelAPI func(url string) ([]corev1.EnvVar, runnerapi.AgentConfig)
+	// api is the model API the CLI speaks; model the Project's agent.model ("": the CLI's own).
+	api   agentsv1alpha1.ModelAPIKind
+	model string
 	// tool is the tool the model calls; shell the reply that runs command with it.
 	tool  string
 	shell func(command string) modelserver.Reply
@@ -65,8 +53,10 @@ type realAgent struct {
 	// requestModel is the model every conversational request names ("": not checked).
 	requestModel string
 	// reportsModel says the CLI prints the model it uses (Claude Code's system/init); Codex's and
-	// OpenCode's JSON output names none. printsCost says it prints a cost (Codex: tokens only).
-	reportsModel, printsCost bool
+	// OpenCode's JSON output names none. cost is "printed", "none" or "" (not checked: OpenCode
+	// prints the cost of the models its configuration prices, and the proxy's names none).
+	reportsModel bool
+	cost         string
 	// printed are pieces of the CLI's own output, which the runner passes to the pod's log.
 	printed map[string]string
 }
@@ -74,35 +64,25 @@ type realAgent struct {
 var (
 	claudeCodeAgent = realAgent{
 		name: "Claude Code", typ: agentsv1alpha1.AgentClaudeCode, image: "shepherd-agent-claude-code:latest",
-		modelAPI: func(url string) ([]corev1.EnvVar, runnerapi.AgentConfig) {
-			return []corev1.EnvVar{{Name: "ANTHROPIC_BASE_URL", Value: url}, {Name: "ANTHROPIC_API_KEY", Value: scriptedAPIKey}},
-				runnerapi.AgentConfig{}
-		},
+		api:  agentsv1alpha1.ModelAPIAnthropic,
 		tool: "Bash",
 		shell: func(command string) modelserver.Reply {
 			return modelserver.Tools(modelserver.ToolCall{Name: "Bash", Input: map[string]any{"command": command, "description": "Edit README.md and commit"}})
 		},
 		conversation: "X-Claude-Code-Session-Id",
-		reportsModel: true, printsCost: true,
+		reportsModel: true, cost: "printed",
 		printed: map[string]string{
 			`"permissionMode":"bypassPermissions"`: "Claude Code's init event: the adapter's argv, as a non-root user (no IS_SANDBOX)",
 			`"claude_code_version":"`:              "the real CLI printed its init event",
 		},
 	}
-	// Codex: the provider through -c (the image's config.toml has none), the key in the env. Not
-	// its default model, so that the Task's model is seen to reach `-m`; one Codex knows, so that
-	// it runs its tools as for the default: through the free-form "exec" tool, JavaScript that
-	// awaits the nested exec_command (test/realagents).
+	// Codex: the adapter's provider for the runner's proxy (-c; the image's config.toml has none).
+	// Not its default model, so that the Project's model is seen to reach `-m`; one Codex knows,
+	// so that it runs its tools as for the default: through the free-form "exec" tool, JavaScript
+	// that awaits the nested exec_command (test/realagents).
 	codexAgent = realAgent{
 		name: "Codex", typ: agentsv1alpha1.AgentCodex, image: "shepherd-agent-codex:latest",
-		modelAPI: func(url string) ([]corev1.EnvVar, runnerapi.AgentConfig) {
-			return []corev1.EnvVar{{Name: "OPENAI_API_KEY", Value: scriptedAPIKey}},
-				runnerapi.AgentConfig{Model: "gpt-6.2-astra", ExtraArgs: []string{
-					"-c", fmt.Sprintf("model_provider=%q", modelProvider),
-					"-c", fmt.Sprintf(`model_providers.%s={name="Scripted model server",base_url=%q,wire_api="responses",env_key="OPENAI_API_KEY"}`,
-						modelProvider, url+"/v1"),
-				}}
-		},
+		api: agentsv1alpha1.ModelAPIOpenAI, model: "gpt-6.2-astra",
 		tool: "exec",
 		shell: func(command string) modelserver.Reply {
 			js := fmt.Sprintf("const r = await tools.exec_command({cmd: %s});\ntext(r.output);\n", jsonString(command))
@@ -110,29 +90,23 @@ var (
 		},
 		conversation: "Thread-Id",
 		requestModel: "gpt-6.2-astra",
+		cost:         "none",
 		printed: map[string]string{
 			`"type":"thread.started"`:    "Codex's JSON events",
 			`"type":"command_execution"`: "Codex ran the command with its shell tool",
 		},
 	}
-	// OpenCode: the provider in OPENCODE_CONFIG_CONTENT (Bypass mode: the adapter leaves that
-	// variable alone), @ai-sdk/anthropic, bundled in the binary. The Task's model (--model) is not
-	// the configuration's default, so that it is seen to take effect.
+	// OpenCode: the adapter's provider for the runner's proxy in OPENCODE_CONFIG_CONTENT, on
+	// @ai-sdk/anthropic (bundled in the binary), with the Project's model, which OpenCode needs.
 	openCodeAgent = realAgent{
 		name: "OpenCode", typ: agentsv1alpha1.AgentOpenCode, image: "shepherd-agent-opencode:latest",
-		modelAPI: func(url string) ([]corev1.EnvVar, runnerapi.AgentConfig) {
-			// The Task's model (sonnet) must override this default (haiku) for the check below.
-			config := realagents.OpenCodeConfig(url, scriptedAPIKey, "claude-haiku-4-5")
-			return []corev1.EnvVar{{Name: "OPENCODE_CONFIG_CONTENT", Value: jsonString(config)}},
-				runnerapi.AgentConfig{Model: realagents.OpenCodeProvider + "/claude-sonnet-4-5"}
-		},
+		api: agentsv1alpha1.ModelAPIAnthropic, model: "claude-sonnet-4-5",
 		tool: "bash",
 		shell: func(command string) modelserver.Reply {
 			return modelserver.Tools(modelserver.ToolCall{Name: "bash", Input: map[string]any{"command": command, "description": "Edit README.md and commit"}})
 		},
 		conversation: "X-Session-Id",
 		requestModel: "claude-sonnet-4-5",
-		printsCost:   true,
 		printed: map[string]string{
 			`"tool":"bash"`:        "OpenCode's bash tool ran",
 			`"type":"step_finish"`: "OpenCode's JSON events",
@@ -140,113 +114,125 @@ var (
 	}
 )
 
-// runnerChannel is the manager's side of the runner channel, served from the test process on
-// the node IP: the real runnerapi handler, reviewing the pod's projected token with the
-// cluster's TokenReview API and reading the pod from the cluster, with the in-memory Backend.
-type runnerChannel struct {
-	backend *runnerapitest.MemoryBackend
-	url     string
+// agentProject is a Project on the fake GitHub whose agent reaches the scripted model server
+// through the runner's model proxy, in a restricted namespace of its own.
+type agentProject struct {
+	ns    string
+	name  string
+	gh    *scenario.FakeGitHub
+	model *modelserver.Server
 }
 
-func startRunnerChannel(c *cluster, host string) *runnerChannel {
-	backend := runnerapitest.NewMemoryBackend()
-	h, err := runnerapi.NewHandler(runnerapi.HandlerOptions{
-		Backend: backend, Reviewer: runnerapi.NewTokenReviewer(c.client), Pods: c.client, Log: GinkgoLogr,
-	})
-	Expect(err).NotTo(HaveOccurred())
-	backend.OnMessage = h.Wake
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	Expect(err).NotTo(HaveOccurred())
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	DeferCleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return &runnerChannel{backend: backend, url: "http://" + l.Addr().String()}
-}
-
-// realAgentSession runs the real CLI of a from its agent image in a pod as uid 65532 under the
-// restricted Pod Security Standard, against the scripted model server: the model edits a file
-// and commits with the CLI's own shell tool, the runner pushes the branch to the git server on
-// the host and asks the channel for the pull request.
-func realAgentSession(ctx context.Context, c *cluster, a realAgent) {
+// newAgentProject serves the fake GitHub (webhooks to the manager's Service) and the scripted
+// model on the node IP, and applies the Secrets and the Project for a; mutate changes the spec.
+func newAgentProject(ctx context.Context, c *cluster, a realAgent, prefix string, mutate func(*agentsv1alpha1.ProjectSpec)) *agentProject {
+	GinkgoHelper()
 	host := nodeIP(ctx, c)
-	branch := "shepherd/e2e-" + string(a.typ)
-
-	By("serving the scripted model API, a git server with credentials and the runner channel on the node IP")
+	webhookURL, err := scenario.WebhookURL(ctx, c.client)
+	Expect(err).NotTo(HaveOccurred())
+	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: host, Dir: GinkgoT().TempDir(), WebhookURL: webhookURL})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(gh.Close)
 	ms := modelserver.New(nil)
 	Expect(ms.Start(net.JoinHostPort(host, "0"))).To(Succeed())
 	DeferCleanup(ms.Close)
-	srv, err := gitserver.New(GinkgoT().TempDir())
-	Expect(err).NotTo(HaveOccurred())
-	srv.Username, srv.Password = "shepherd-bot", "e2e-push-token"
-	base, err := srv.Seed(agentRepo, "main", map[string]string{"README.md": "# widgets\n"})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(srv.Start(net.JoinHostPort(host, "0"))).To(Succeed())
-	DeferCleanup(srv.Close)
-	repoURL := fmt.Sprintf("http://%s/%s.git", srv.Addr(), agentRepo)
-	ch := startRunnerChannel(c, host)
 
-	ns := restrictedNamespace(ctx, c, "e2e-"+string(a.typ)+"-")
-	// Best effort: after a failure the suite's AfterAll may already have stopped the cluster
-	// (with everything in it) when this runs.
+	ns := restrictedNamespace(ctx, c, prefix)
+	// Best effort: after a failure the suite's AfterAll may already have stopped the cluster.
 	DeferCleanup(func() { _ = c.client.Delete(context.Background(), ns) })
-	session := types.NamespacedName{Namespace: ns.Name, Name: "fix-widgets"}
-	const prompt = "Note in README.md which user you run as, and commit it."
-	modelEnv, agentConfig := a.modelAPI(ms.URL())
-	agentConfig.Type, agentConfig.PermissionMode = a.typ, agentsv1alpha1.PermissionBypass
-	ch.backend.SetTask(session, runnerapi.Task{
-		Agent:      agentConfig,
-		Prompt:     prompt,
-		Title:      "Note the agent's user",
-		Repository: repoURL, Branch: branch, BaseBranch: "main",
-	})
-	ch.backend.SetGitRemote(repoURL, http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte(srv.Username+":"+srv.Password))}})
+	for name, data := range map[string]map[string]string{
+		"forge": {"token": gh.Token(), "webhook-secret": gh.WebhookSecret()},
+		"model": {"api-key": agentModelKey},
+	} {
+		Expect(c.client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name}, StringData: data})).To(Succeed())
+	}
+	p := &agentsv1alpha1.Project{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets", Namespace: ns.Name},
+		Spec: agentsv1alpha1.ProjectSpec{
+			Repository: agentsv1alpha1.RepositorySpec{URL: agentsv1alpha1.RepositoryURL(gh.CloneURL()), DefaultBranch: "main",
+				Credentials: &agentsv1alpha1.RepositoryCredentials{SecretRef: &agentsv1alpha1.SecretKeyRef{Name: "forge", Key: "token"}}},
+			SCM: agentsv1alpha1.SCMSpec{Provider: agentsv1alpha1.SCMGitHub, APIURL: agentsv1alpha1.HTTPURL(gh.APIURL()),
+				WebhookSecretRef: &agentsv1alpha1.SecretKeyRef{Name: "forge", Key: "webhook-secret"}},
+			Agent: agentsv1alpha1.AgentSpec{Type: a.typ, Model: a.model, PermissionMode: agentsv1alpha1.PermissionBypass,
+				ModelAPI: &agentsv1alpha1.ModelAPISpec{API: a.api, URL: agentsv1alpha1.HTTPURL(ms.URL()),
+					KeySecretRef: &agentsv1alpha1.SecretKeyRef{Name: "model", Key: "api-key"}}},
+		},
+	}
+	if mutate != nil {
+		mutate(&p.Spec)
+	}
+	Expect(c.client.Create(ctx, p)).To(Succeed())
+	Expect(scenario.WaitProjectReady(ctx, c.client, client.ObjectKeyFromObject(p), time.Minute)).To(Succeed())
+	return &agentProject{ns: ns.Name, name: p.Name, gh: gh, model: ms}
+}
 
-	// The model's side of the conversation: one call of the CLI's shell tool that edits
-	// README.md and commits, then the turn's summary.
+// session creates an AgentSession with prompt and waits for its pull request to open; it
+// returns the session, its branch and the pull request.
+func (p *agentProject) session(ctx context.Context, c *cluster, name, prompt string) (*agentsv1alpha1.AgentSession, scenario.PullRequest) {
+	GinkgoHelper()
+	s := &agentsv1alpha1.AgentSession{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.ns},
+		Spec:       agentsv1alpha1.AgentSessionSpec{ProjectRef: agentsv1alpha1.LocalObjectReference{Name: p.name}, Prompt: prompt},
+	}
+	Expect(c.client.Create(ctx, s)).To(Succeed())
+	key := client.ObjectKeyFromObject(s)
+	var pr scenario.PullRequest
+	Eventually(func(g Gomega) {
+		g.Expect(c.client.Get(ctx, key, s)).To(Succeed())
+		g.Expect(s.Status.Phase).NotTo(BeElementOf(agentsv1alpha1.PhaseErrored, agentsv1alpha1.PhaseStopped, agentsv1alpha1.PhaseDone), "%s", diagnose(ctx, c, key))
+		g.Expect(s.Status.Branch).NotTo(BeEmpty())
+		prs, err := p.gh.PullRequestsFor(ctx, s.Status.Branch)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(prs).To(HaveLen(1), "session %s: phase %s", name, s.Status.Phase)
+		pr = prs[0]
+	}).WithTimeout(5*time.Minute).WithPolling(time.Second).Should(Succeed(), func() string { return diagnose(ctx, c, key) })
+	return s, pr
+}
+
+// realAgentSession runs the real CLI of a from its agent image through the controllers: the
+// model edits a file and commits with the CLI's own shell tool; the runner pushes the branch
+// through the manager to the forge and the manager opens the pull request. Every model request
+// reaches the model with the Project's key; the agent's container holds a placeholder.
+func realAgentSession(ctx context.Context, c *cluster, a realAgent) {
+	By("serving the fake GitHub and the scripted model on the node IP; a Project whose agent uses the model through the runner's proxy")
+	p := newAgentProject(ctx, c, a, "e2e-"+string(a.typ)+"-", nil)
+	const prompt = "Note in README.md which user you run as, and commit it."
 	const summary = "Noted the user in README.md and committed it."
-	ms.Append(
+	p.model.Append(
 		a.shell(fmt.Sprintf(`echo "Edited by %s running as uid $(id -u)." >> README.md && git commit -am '%s'`, a.name, agentCommitMsg)),
 		modelserver.Text(summary),
 	)
 
-	By(fmt.Sprintf("running the agent pod: runner copied in, checkout prepared, %s under `runner run`", a.name))
-	pod := agentPod(ns.Name, session.Name, repoURL, branch, ch.url, ms.URL(), host, a.image, modelEnv)
-	Expect(c.client.Create(ctx, pod)).To(Succeed())
+	By(fmt.Sprintf("an AgentSession with a prompt: the manager's pod runs %s, the pull request opens", a.name))
 	started := time.Now()
-
-	By("the agent's commit reaches the branch on the git server, and the pull request is asked for")
-	Eventually(func(g Gomega) {
-		g.Expect(c.client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
-		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-			StopTrying(fmt.Sprintf("the agent pod ended (%s): %s", pod.Status.Phase, podLogs(ctx, c, pod))).Now()
-		}
-		g.Expect(ch.backend.PullRequests(session)).To(HaveLen(1), "pod %s: %s", pod.Status.Phase, describePending(ctx, c, pod))
-	}).WithTimeout(4*time.Minute).WithPolling(time.Second).Should(Succeed(), func() string { return podLogsTail(ctx, c, pod, 50) })
+	s, pr := p.session(ctx, c, "fix-widgets", prompt)
 	took := time.Since(started).Round(100 * time.Millisecond)
-	fmt.Fprintf(GinkgoWriter, "%s: pull request asked for %s after the pod was created\n", a.name, took)
-	AddReportEntry(a.name+": pod created → pull request asked for", took.String())
-	pr := ch.backend.PullRequests(session)[0]
-	Expect(pr.Branch).To(Equal(branch))
-	Expect(pr.Body).To(ContainSubstring(summary))
-	Expect(srv.Ref(agentRepo, "refs/heads/"+branch)).To(Equal(pr.Head), "the pushed head is the pull request's")
-	Expect(srv.Ref(agentRepo, "refs/heads/main")).To(Equal(base), "main is untouched")
-	bare := srv.Path(agentRepo)
-	Expect(gitOut(bare, "log", "--format=%s", "main.."+branch)).To(Equal(agentCommitMsg), "one commit, the agent's")
-	Expect(gitOut(bare, "rev-parse", branch+"^")).To(Equal(base), "on top of main")
-	Expect(gitOut(bare, "show", branch+":README.md")).To(Equal("# widgets\nEdited by "+a.name+" running as uid 65532."),
+	fmt.Fprintf(GinkgoWriter, "%s: pull request opened %s after the session was created\n", a.name, took)
+	AddReportEntry(a.name+": session created → pull request opened", took.String())
+	bare := p.gh.Server.GitDir(p.gh.Repo())
+	Expect(gitOut(bare, "log", "--format=%s", "main.."+s.Status.Branch)).To(Equal(agentCommitMsg), "one commit, the agent's")
+	Expect(gitOut(bare, "rev-parse", s.Status.Branch)).To(Equal(pr.HeadSHA))
+	Expect(gitOut(bare, "show", s.Status.Branch+":README.md")).To(HaveSuffix("Edited by "+a.name+" running as uid 65532."),
 		"%s's shell tool ran as the pod's non-root user", a.name)
-	Expect(gitOut(bare, "log", "-1", "--format=%an <%ae>", branch)).To(Equal("Shepherd Agent <agent@shepherd.invalid>"))
-	Expect(ch.backend.GitRequests()).To(BeNumerically(">=", 2), "the clone and the push went through the channel's git endpoint")
+	Expect(gitOut(bare, "log", "-1", "--format=%an <%ae>", s.Status.Branch)).To(Equal("Shepherd agent (fix-widgets) <fix-widgets@agents.shepherd.dev>"))
 
-	By(fmt.Sprintf("the runner reports the turn from %s's own output", a.name))
-	Eventually(func() *runnerapi.ActivityReport { return ch.backend.Activity(session) }).
-		WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(HaveField("State", agentsv1alpha1.ActivityReady))
-	Expect(ch.backend.States(session)).To(HaveExactElements(agentsv1alpha1.ActivityActive, agentsv1alpha1.ActivityReady))
-	turns := ms.Turns()
+	By(fmt.Sprintf("the session's status reports the turn from %s's own output", a.name))
+	key := client.ObjectKeyFromObject(s)
+	Eventually(func(g Gomega) {
+		g.Expect(c.client.Get(ctx, key, s)).To(Succeed())
+		g.Expect(s.Status.Activity).To(HaveField("State", agentsv1alpha1.ActivityReady))
+		g.Expect(s.Status.Usage).NotTo(BeNil())
+		g.Expect(s.Status.Usage.Turns).To(Equal(int32(1)))
+		g.Expect(s.Status.Usage.InputTokens).To(BeNumerically(">", 0))
+		g.Expect(s.Status.Usage.OutputTokens).To(BeNumerically(">", 0))
+		switch a.cost {
+		case "printed":
+			g.Expect(s.Status.Usage.CostUSD).NotTo(BeEmpty(), "the cost the CLI printed")
+		case "none":
+			g.Expect(s.Status.Usage.CostUSD).To(BeEmpty(), "the CLI prints no cost")
+		}
+	}).WithTimeout(time.Minute).WithPolling(500*time.Millisecond).Should(Succeed(), func() string { return diagnose(ctx, c, key) })
+	turns := p.model.Turns()
 	Expect(turns).To(HaveLen(2), "a tool call and the summary")
 	Expect(strings.Join(turns[0].UserTexts(), "\n")).To(ContainSubstring(prompt), "the prompt reached the model")
 	Expect(turns[0].ToolNames()).To(ContainElement(a.tool))
@@ -256,137 +242,32 @@ func realAgentSession(ctx context.Context, c *cluster, a realAgent) {
 	for _, r := range turns {
 		Expect(r.Header.Get(a.conversation)).To(Equal(conversation), "one conversation")
 		if a.requestModel != "" {
-			Expect(r.Model()).To(Equal(a.requestModel), "the Task's model reached the CLI")
+			Expect(r.Model()).To(Equal(a.requestModel), "the Project's model reached the CLI")
 		}
 	}
-	var sessionID, model string
-	for _, r := range ch.backend.Reports(session) {
-		if r.Agent != nil {
-			sessionID, model = r.Agent.SessionID, r.Agent.Model
-		}
-	}
-	Expect(sessionID).To(Equal(conversation), "the id the CLI printed is the one it sends")
+	Expect(s.Status.Agent).NotTo(BeNil())
+	Expect(s.Status.Agent.SessionID).To(Equal(conversation), "the id the CLI printed is the one it sends")
 	if a.reportsModel {
-		Expect(model).NotTo(BeEmpty())
-	} else {
-		Expect(model).To(BeEmpty(), "the CLI prints no model")
+		Expect(s.Status.Agent.Model).NotTo(BeEmpty())
 	}
-	Eventually(func(g Gomega) {
-		var usage *runnerapi.Usage
-		for _, r := range ch.backend.Reports(session) {
-			if r.Usage != nil {
-				usage = r.Usage
-			}
-		}
-		g.Expect(usage).NotTo(BeNil())
-		g.Expect(usage.Turns).To(Equal(int32(1)))
-		g.Expect(usage.InputTokens).To(BeNumerically(">", 0))
-		g.Expect(usage.OutputTokens).To(BeNumerically(">", 0))
-		if a.printsCost {
-			g.Expect(usage.CostUSD).NotTo(BeEmpty(), "the cost the CLI printed")
-		} else {
-			g.Expect(usage.CostUSD).To(BeEmpty(), "the CLI prints no cost")
-		}
-	}).WithTimeout(time.Minute).WithPolling(500*time.Millisecond).Should(Succeed(), "the usage from the CLI's output")
-	Expect(ms.Problems()).To(BeEmpty(), "no request past the script, and nothing tried to leave through the proxy")
+	By("every model request came through the runner's proxy with the Project's key, none with the placeholder")
+	for _, r := range p.model.Requests() {
+		creds := r.Header.Get("X-Api-Key") + " " + r.Header.Get("Authorization")
+		Expect(creds).To(ContainSubstring(agentModelKey), "request %d (%s)", r.Seq, r.Path)
+		Expect(creds).NotTo(ContainSubstring(agent.PlaceholderKey))
+	}
+	Expect(p.model.Problems()).To(BeEmpty(), "no request past the script")
 
-	log := podLog(ctx, c, pod, "agent")
+	pod := &corev1.Pod{}
+	Expect(c.client.Get(ctx, client.ObjectKey{Namespace: p.ns, Name: s.Name + "-agent"}, pod)).To(Succeed())
+	log := podLog(ctx, c, pod, "runner")
 	for piece, why := range a.printed {
 		Expect(log).To(ContainSubstring(piece), why)
 	}
 
-	By("stopping the pod: the runner stops and reports it")
-	Expect(c.client.Delete(ctx, pod)).To(Succeed())
-	Eventually(func() *runnerapi.ActivityReport { return ch.backend.Activity(session) }).
-		WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(HaveField("State", agentsv1alpha1.ActivityExited))
+	By("deleting the session: the pod goes")
+	Expect(c.client.Delete(ctx, s)).To(Succeed())
 	waitGone(ctx, c, pod)
-	Expect(c.client.Delete(ctx, ns)).To(Succeed())
-}
-
-// agentPod is an agent pod as docs/runner.md lays it out, under the restricted profile, as uid
-// 65532: the runner copied from the runner image; the checkout cloned into an emptyDir by
-// `runner prepare` with the runner image's git; `runner run` in the agent image with modelEnv
-// (the model API at modelURL). IS_SANDBOX is not set: Claude Code accepts bypassPermissions from
-// a non-root user.
-func agentPod(ns, session, repoURL, branch, channelURL, modelURL, host, image string, modelEnv []corev1.EnvVar) *corev1.Pod {
-	sc := &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-	}
-	channelEnv := []corev1.EnvVar{
-		{Name: "SHEPHERD_MANAGER_URL", Value: channelURL},
-		{Name: "SHEPHERD_TOKEN_FILE", Value: podTokenDir + "/token"},
-	}
-	mounts := []corev1.VolumeMount{
-		{Name: "shepherd-bin", MountPath: "/shepherd/bin", ReadOnly: true},
-		{Name: "checkout", MountPath: "/shepherd/checkout"},
-		{Name: "runner-token", MountPath: podTokenDir, ReadOnly: true},
-	}
-	// Everything but the node's own services goes to the model server as a proxy, which refuses
-	// it and records a problem: the image's settings must keep the CLI off the internet.
-	direct := host + ",127.0.0.1,localhost"
-	agentEnv := append(append(append([]corev1.EnvVar{}, modelEnv...),
-		corev1.EnvVar{Name: "GIT_AUTHOR_NAME", Value: "Shepherd Agent"}, corev1.EnvVar{Name: "GIT_AUTHOR_EMAIL", Value: "agent@shepherd.invalid"},
-		corev1.EnvVar{Name: "GIT_COMMITTER_NAME", Value: "Shepherd Agent"}, corev1.EnvVar{Name: "GIT_COMMITTER_EMAIL", Value: "agent@shepherd.invalid"},
-		corev1.EnvVar{Name: "HTTP_PROXY", Value: modelURL}, corev1.EnvVar{Name: "HTTPS_PROXY", Value: modelURL},
-		corev1.EnvVar{Name: "http_proxy", Value: modelURL}, corev1.EnvVar{Name: "https_proxy", Value: modelURL},
-		corev1.EnvVar{Name: "NO_PROXY", Value: direct}, corev1.EnvVar{Name: "no_proxy", Value: direct},
-	), channelEnv...)
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: session + "-agent", Namespace: ns, Labels: map[string]string{
-			agentsv1alpha1.LabelSession: session, agentsv1alpha1.LabelComponent: "agent",
-		}},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  ptr.To(false),
-			EnableServiceLinks:            ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To(int64(30)),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To(agentUID),
-				RunAsGroup:     ptr.To(agentUID),
-				FSGroup:        ptr.To(agentUID),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			InitContainers: []corev1.Container{
-				{
-					Name: "copy-runner", Image: runnerImage, ImagePullPolicy: corev1.PullNever,
-					Args:            []string{"copy-self", "--to=" + podRunnerPath},
-					VolumeMounts:    []corev1.VolumeMount{{Name: "shepherd-bin", MountPath: "/shepherd/bin"}},
-					SecurityContext: sc,
-				},
-				{
-					// The runner image's git, the copied runner (git's credential helper must be
-					// at the same path in prepare and run).
-					Name: "prepare", Image: runnerImage, ImagePullPolicy: corev1.PullNever,
-					Command: []string{podRunnerPath},
-					Args: []string{"prepare", "--mode=Clone", "--path=" + podCheckoutPath, "--remote-url=" + repoURL,
-						"--branch=" + branch, "--base=main", "--result-file=/dev/termination-log"},
-					Env:             append([]corev1.EnvVar{{Name: "HOME", Value: "/tmp"}}, channelEnv...),
-					VolumeMounts:    mounts,
-					SecurityContext: sc,
-				},
-			},
-			Containers: []corev1.Container{{
-				Name: "agent", Image: image, ImagePullPolicy: corev1.PullNever,
-				Command:         []string{podRunnerPath},
-				Args:            []string{"run", "--workdir=" + podCheckoutPath, "--debounce=200ms"},
-				WorkingDir:      podCheckoutPath,
-				Env:             agentEnv,
-				VolumeMounts:    mounts,
-				SecurityContext: sc,
-			}},
-			Volumes: []corev1.Volume{
-				{Name: "shepherd-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "checkout", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "runner-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-					Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-						Audience: runnerapi.Audience, ExpirationSeconds: ptr.To(int64(3600)), Path: "token",
-					}}},
-				}}},
-			},
-		},
-	}
 }
 
 // jsonString is v as JSON (a JavaScript literal for Codex's exec tool, OpenCode's inline config).

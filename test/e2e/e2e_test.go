@@ -248,6 +248,11 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		Entry(openCodeAgent.name, openCodeAgent),
 	)
 
+	// docs/security.md: focus with -ginkgo.focus='attack'.
+	It("tries every attack from inside a real agent container as the agent's user: each fails, the legitimate paths work", func() {
+		trustSession(ctx, c)
+	})
+
 	It("runs a whole session from issue to merge: real pods, the real Claude Code, the fake GitHub, a manager restart", func() {
 		wholeSession(ctx, c)
 	})

@@ -157,7 +157,7 @@ type repoToken struct {
 }
 
 // PushCredential returns a git credential for repo. With a GitHub App it is an installation
-// token limited to that one repository with contents and pull requests write access, valid for
+// token limited to that one repository with contents write access (all git needs), valid for
 // at most an hour and reused until a minute before it expires. With a token it is the token
 // itself: a personal access token is not short-lived; use an App where that matters.
 func (p *Provider) PushCredential(ctx context.Context, repo scm.Repo) (scm.Credential, error) {
@@ -176,10 +176,9 @@ func (p *Provider) PushCredential(ctx context.Context, repo scm.Repo) (scm.Crede
 			itr.BaseURL = strings.TrimSuffix(a.restURL, "/")
 			itr.InstallationTokenOptions = &gh.InstallationTokenOptions{
 				Repositories: []string{repo.Name},
-				Permissions: &gh.InstallationPermissions{
-					Contents:     gh.Ptr("write"),
-					PullRequests: gh.Ptr("write"),
-				},
+				// The manager opens pull requests with its own installation token; git needs
+				// contents only.
+				Permissions: &gh.InstallationPermissions{Contents: gh.Ptr("write")},
 			}
 			rt = &repoToken{itr: itr}
 			p.creds[repo] = rt
