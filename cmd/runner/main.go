@@ -6,8 +6,8 @@
 //	                  the mirror and spares, and the agent's turns
 //	runner prepare    --mode Worktree --path ... --mirror ... --remote-url ... --branch ... --base ...
 //	                  the checkout step, in the agent's image as the agent's user
-//	runner host       the agent container's main process: runs the agent CLI and git for the runner
-//	runner remove     --mode ... --path ...
+//	runner host       the agent container's main process: runs the agent CLI and git when asked
+//	runner remove     --mode=<mode> --path=<checkout>
 //
 // Every flag can also be set through the environment variable named in its help, so the
 // controller can build the pod spec from either.

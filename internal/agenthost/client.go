@@ -146,10 +146,10 @@ func (c *Client) Output(ctx context.Context, req ExecRequest) (stdout, stderr []
 	errc := make(chan error, 1)
 	go func() { _, err := io.Copy(&e, p.Stderr); errc <- err }()
 	_, cerr := io.Copy(&o, p.Stdout)
-	<-errc
+	eerr := <-errc
 	code, err = p.Wait()
-	if err == nil && cerr != nil {
-		err = cerr
+	if err == nil {
+		err = errors.Join(cerr, eerr)
 	}
 	return o.Bytes(), e.Bytes(), code, err
 }

@@ -25,12 +25,12 @@ import (
 //
 // An agent pod has two trust domains (docs/security.md):
 //
-//	init  copy-runner  runner image, runner uid   copies the runner binary for the agent's container
-//	init  runner       runner image, runner uid   native sidecar (restartPolicy Always): the token, the
+//	init  copy-runner  (runner image, uid 65533)  copies the runner binary for the agent's container
+//	init  runner       (runner image, uid 65533)  native sidecar (restartPolicy Always): the token, the
 //	                                              model key, the mirror; serves git and the model API on
 //	                                              the pod's loopback; starts once the volume is ready
-//	init  prepare      agent image, agent uid     the checkout and the setup commands, no token
-//	      agent        agent image, agent uid     the agent container's host; the runner runs the CLI in it
+//	init  prepare      (agent image, uid 65532)   the checkout and the setup commands, no token
+//	      agent        (agent image, uid 65532)   the agent container's host, which runs the CLI
 //
 // The agent's containers mount only their own checkout and home (subPath) and the mirror
 // read-only; the runner's mounts the whole volume, and never runs git in what an agent wrote.
@@ -272,7 +272,7 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 		RestartPolicy:   &always,
 		Args:            runnerArgs,
 		Env:             d.runnerEnv(),
-		VolumeMounts:    d.runnerMounts(pod, agent),
+		VolumeMounts:    d.runnerMounts(pod),
 		SecurityContext: restrictedContainer(runnerUser),
 		Resources:       runnerResources(),
 		// The checkout step starts once the runner made the volume ready (the mirror fetched, the
@@ -357,7 +357,7 @@ func (d *Deps) runnerTLS() bool { return strings.HasPrefix(d.Options.RunnerURL, 
 // runnerMounts are the runner container's: the whole volume (it makes the agent's directories
 // and keeps the mirror and spares), the Project's volume in clone mode with shared paths, the
 // token and CA, the model key, and its own scratch space.
-func (d *Deps) runnerMounts(pod *corev1.Pod, agent *agentsv1alpha1.AgentSpec) []corev1.VolumeMount {
+func (d *Deps) runnerMounts(pod *corev1.Pod) []corev1.VolumeMount {
 	mounts := []corev1.VolumeMount{
 		{Name: volRunnerTmp, MountPath: "/tmp"},
 		{Name: volWorkspace, MountPath: workspaceMount},

@@ -1,10 +1,8 @@
 package controller_test
 
 import (
-	"strconv"
-
 	"fmt"
-	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"strconv"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -12,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	. "github.com/shepherd-dev/shepherd/test/builders"
 )
 

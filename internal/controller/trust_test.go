@@ -193,7 +193,7 @@ var _ = Describe("The runner channel over TLS", Serial, func() {
 		c, err := runnerapi.NewClient("https://"+tlsMgr.runnerAddr, tokenFile, caFile)
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func() error { _, err := c.Task(ctx); return err }).Should(Succeed())
-		Expect(os.WriteFile(caFile, []byte(otherCA()), 0o644)).To(Succeed())
+		Expect(os.WriteFile(caFile, otherCA(), 0o644)).To(Succeed())
 		Expect(os.Chtimes(caFile, time.Now().Add(time.Minute), time.Now().Add(time.Minute))).To(Succeed())
 		c.HTTP.CloseIdleConnections()
 		_, err = c.Task(ctx)

@@ -117,7 +117,7 @@ func (p *Proxy) receivePack(w http.ResponseWriter, r *http.Request) {
 	}
 	body := http.MaxBytesReader(w, r.Body, maxPush)
 	var seen bytes.Buffer
-	decoded := io.Reader(io.TeeReader(body, &seen))
+	decoded := io.TeeReader(body, &seen)
 	if r.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(decoded)
 		if err != nil {

@@ -2,8 +2,6 @@ package runner_test
 
 import (
 	"context"
-
-	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/runner"
 )
 

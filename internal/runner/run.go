@@ -183,7 +183,8 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		localGit: LocalGit(cfg.GitPath, cfg.Stderr), modelProxy: model, sparesDone: make(chan struct{})}
 	r.git = HostGit(r.host)
 	if cfg.ServeOnly {
-		r.prepareVolume(ctx)
+		// A failure is noted and served to the checkout step, which reports it.
+		_ = r.prepareVolume(ctx)
 		<-ctx.Done()
 		return 0, nil
 	}

@@ -65,12 +65,12 @@ func StandardIdentify(n PodNames) func(pod *corev1.Pod) (Session, error) {
 			if pod.Labels[agentsv1alpha1.LabelSession] != owner.Name || pod.Name != n.AgentPod(owner.Name) {
 				return refuse("its labels and name do not match its session %s", owner.Name)
 			}
-			s.NamespacedName.Namespace, s.NamespacedName.Name = pod.Namespace, owner.Name
+			s.Namespace, s.Name = pod.Namespace, owner.Name
 		case "Worktree":
 			if s.Worktree != owner.Name || pod.Name != n.CheckoutPod(owner.Name) || pod.Labels[agentsv1alpha1.LabelSession] != "" {
 				return refuse("its labels and name do not match its Worktree %s", owner.Name)
 			}
-			s.NamespacedName.Namespace = pod.Namespace
+			s.Namespace = pod.Namespace
 		default:
 			return refuse("its controller is a %s", owner.Kind)
 		}

@@ -132,7 +132,7 @@ func FillSpares(ctx context.Context, g *Git, s Spares) (int, error) {
 	}
 	defer func() { _ = fill.Release() }()
 
-	ready, err := trimSpares(ctx, g, s)
+	ready, err := trimSpares(ctx, s)
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +152,7 @@ func FillSpares(ctx context.Context, g *Git, s Spares) (int, error) {
 // trimSpares removes what a stopped filler left half-made and the spares beyond s.Count, and
 // returns the ready ones. It holds the mirror lock, under which claims happen, so a spare being
 // claimed (its marker gone, its directory not yet moved) is never taken for a half-made one.
-func trimSpares(ctx context.Context, g *Git, s Spares) ([]string, error) {
+func trimSpares(ctx context.Context, s Spares) ([]string, error) {
 	lock, err := AcquireLock(ctx, s.Mirror+".lock")
 	if err != nil {
 		return nil, err

@@ -248,7 +248,7 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		Entry(openCodeAgent.name, openCodeAgent),
 	)
 
-	// docs/security.md: focus with -ginkgo.focus='attack'.
+	// docs/security.md. Alone: -ginkgo.focus='installs.the.CRDs|runs.the.manager|attack' (it needs the install specs).
 	It("tries every attack from inside a real agent container as the agent's user: each fails, the legitimate paths work", func() {
 		trustSession(ctx, c)
 	})

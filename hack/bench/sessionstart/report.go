@@ -104,15 +104,28 @@ var steps = []step{
 	{"copy-runner running (Shepherd injects the runner)", func(s sample) (time.Duration, bool) {
 		return s.initRun(func(n string) bool { return n == shepherdCopyRunner })
 	}},
-	{"checkout running (Shepherd: runner prepare; by hand: git)", func(s sample) (time.Duration, bool) {
-		return s.initRun(func(n string) bool { return n != shepherdCopyRunner })
-	}},
-	{"kubelet between containers (one ends → the next starts)", func(s sample) (time.Duration, bool) {
-		var d time.Duration
-		for i := 1; i < len(s.rt.containers); i++ {
-			d += s.rt.containers[i].started.Sub(s.rt.containers[i-1].finished)
+	{"runner sidecar started → checkout started (the volume made ready, the startup probe)", func(s sample) (time.Duration, bool) {
+		for i := 0; i+1 < len(s.rt.containers); i++ {
+			if s.rt.containers[i].name == shepherdRunner {
+				return s.rt.containers[i+1].started.Sub(s.rt.containers[i].started), true
+			}
 		}
-		return d, len(s.rt.containers) > 1
+		return 0, false
+	}},
+	{"checkout running (Shepherd: runner prepare; by hand: git)", func(s sample) (time.Duration, bool) {
+		return s.initRun(func(n string) bool { return n != shepherdCopyRunner && n != shepherdRunner })
+	}},
+	{"kubelet between containers (one ends → the next starts; the sidecar: the row above)", func(s sample) (time.Duration, bool) {
+		var d time.Duration
+		n := 0
+		for i := 1; i < len(s.rt.containers); i++ {
+			if s.rt.containers[i-1].name == shepherdRunner {
+				continue
+			}
+			d += s.rt.containers[i].started.Sub(s.rt.containers[i-1].finished)
+			n++
+		}
+		return d, n > 0
 	}},
 	{"agent container started → agent's first output", func(s sample) (time.Duration, bool) {
 		a, ok := s.agentContainer()

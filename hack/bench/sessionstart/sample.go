@@ -35,8 +35,11 @@ const (
 // baselines' pods name their agent container the same.
 const (
 	shepherdCopyRunner = "copy-runner"
-	shepherdPrepare    = "prepare"
-	shepherdAgent      = "agent"
+	// shepherdRunner is the runner's sidecar: it runs the whole pod long, makes the volume ready
+	// before the checkout step (its startup probe), and prints the agent's output.
+	shepherdRunner  = "runner"
+	shepherdPrepare = "prepare"
+	shepherdAgent   = "agent"
 )
 
 // sample is one start, every time relative to the create call (t0).
@@ -169,7 +172,8 @@ func (b *bench) sessionSample(ctx context.Context, group, project, name string) 
 		return s, fmt.Errorf("the agent container of %s never seen running: %w", podName, err)
 	}
 	podName = pt.name
-	at, err := b.agentLine(ctx, podName, shepherdAgent)
+	// The runner prints what the agent's CLI prints (the agent's container runs the host).
+	at, err := b.agentLine(ctx, podName, shepherdRunner)
 	if err != nil {
 		return s, err
 	}
