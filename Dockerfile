@@ -59,6 +59,7 @@ RUN pkg=$(awk '$3 == "opencode" { print $1 "@" $2 }' /tmp/agent-clis.versions) \
  && mkdir -p /out/opencode-config \
  && cp -L "$(npm root -g)/opencode-ai/bin/opencode.exe" /out/opencode \
  && npm install --prefix /out/opencode-config --save-exact --no-audit --no-fund "@opencode-ai/plugin@${pkg##*@}" \
+ && printf 'node_modules\npackage.json\nbun.lock\n.gitignore' > /out/opencode-config/.gitignore \
  && /out/opencode --version
 
 # What every agent image shares: git and bash, a user 65532 ("agent") with a writable home.
@@ -95,9 +96,11 @@ CMD ["codex", "--version"]
 # every start) and the offline global config; the provider comes from OPENCODE_CONFIG(_CONTENT).
 FROM agent-base AS agent-opencode
 COPY --from=opencode-install /out/opencode /usr/local/bin/opencode
-RUN install -d -o 65532 -g 65532 -m 0755 /home/agent/.config
-COPY --from=opencode-install --chown=65532:65532 /out/opencode-config /home/agent/.config/opencode
-COPY --chown=65532:65532 hack/agent-images/opencode/opencode.json /home/agent/.config/opencode/opencode.json
+# The config directory is root's: OpenCode writes to one the agent owns at every start (a
+# .gitignore), which fails on the pod's read-only root file system; one it cannot write it leaves.
+RUN install -d -m 0755 /home/agent/.config
+COPY --from=opencode-install /out/opencode-config /home/agent/.config/opencode
+COPY hack/agent-images/opencode/opencode.json /home/agent/.config/opencode/opencode.json
 ENV XDG_CONFIG_HOME=/home/agent/.config OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 OPENCODE_DISABLE_SHARE=1 OPENCODE_DISABLE_DEFAULT_PLUGINS=1
 USER 65532:65532
 CMD ["opencode", "--version"]

@@ -193,6 +193,9 @@ func codexSpec(in agentInputs) (imageSpec, error) {
 	return s, nil
 }
 
+// openCodeGitignore is what OpenCode writes into its config directory when the file is missing.
+const openCodeGitignore = "node_modules\npackage.json\nbun.lock\n.gitignore"
+
 // openCodeSpec: OpenCode's native executable as /usr/local/bin/opencode, its config directory
 // ($XDG_CONFIG_HOME/opencode) with @opencode-ai/plugin installed and the offline global config.
 func openCodeSpec(in agentInputs) (imageSpec, error) {
@@ -205,20 +208,26 @@ func openCodeSpec(in agentInputs) (imageSpec, error) {
 	}
 	s := agentBaseSpec(agentDef("opencode"), in)
 	configDir := agentHome + "/.config/opencode"
-	plugin, err := treeFiles(in.OpenCodePlugin, configDir, agentUID)
+	// The config directory is root's, so that the agent (uid 65532) cannot write it: OpenCode
+	// then leaves it alone. Owned by the agent but on the pod's read-only root file system,
+	// OpenCode tries to write a .gitignore there at every start and fails ("Unexpected error").
+	plugin, err := treeFiles(in.OpenCodePlugin, configDir, 0)
 	if err != nil {
 		return imageSpec{}, err
 	}
 	s.Big = append([]imageFile{
 		{Path: agentHome, Dir: true, Mode: 0o755, UID: agentUID, GID: agentUID},
-		{Path: agentHome + "/.config", Dir: true, Mode: 0o755, UID: agentUID, GID: agentUID},
+		{Path: agentHome + "/.config", Dir: true, Mode: 0o755},
 		{Path: "/usr/local/bin/opencode", Mode: 0o755, Src: filepath.Join(in.CLIDir(cli), "node_modules", filepath.FromSlash(cli.Package), "bin", "opencode.exe")},
 	}, plugin...)
 	s.Files = append(s.Files,
-		imageFile{Path: agentHome + "/.config", Dir: true, Mode: 0o755, UID: agentUID, GID: agentUID},
-		imageFile{Path: configDir, Dir: true, Mode: 0o755, UID: agentUID, GID: agentUID},
-		imageFile{Path: configDir + "/opencode.json", Mode: 0o644, UID: agentUID, GID: agentUID,
+		imageFile{Path: agentHome + "/.config", Dir: true, Mode: 0o755},
+		imageFile{Path: configDir, Dir: true, Mode: 0o755},
+		imageFile{Path: configDir + "/opencode.json", Mode: 0o644,
 			Src: filepath.Join(in.Repo, agentImagesDir, "opencode", "opencode.json")},
+		// OpenCode writes this file at every start unless it exists; the root file system of
+		// an agent pod is read-only.
+		imageFile{Path: configDir + "/.gitignore", Mode: 0o644, Data: []byte(openCodeGitignore)},
 	)
 	s.Env = append(s.Env, openCodeEnv...)
 	return s, nil

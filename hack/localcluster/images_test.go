@@ -254,8 +254,15 @@ func parseRun(t *testing.T, st *dockerStage, words []string) {
 	case "install":
 		o, pos := opts(words[1:])
 		if _, ok := o["-d"]; ok {
+			owner, group := o["-o"], o["-g"]
+			if owner == "" {
+				owner = "0" // install -d without -o: the user running it, root in a build
+			}
+			if group == "" {
+				group = "0"
+			}
 			for _, p := range pos {
-				st.dirs[p] = o["-o"] + ":" + o["-g"]
+				st.dirs[p] = owner + ":" + group
 			}
 		}
 	}
@@ -587,9 +594,9 @@ func TestAgentImagesContent(t *testing.T) {
 	oc := spec("opencode")
 	g.Expect(oc.config.Env).To(ContainElements(openCodeEnv))
 	dir := agentHome + "/.config/opencode"
-	for _, p := range []string{dir, dir + "/package.json", dir + "/package-lock.json", dir + "/node_modules/@opencode-ai/plugin/package.json", dir + "/opencode.json"} {
+	for _, p := range []string{dir, dir + "/package.json", dir + "/package-lock.json", dir + "/node_modules/@opencode-ai/plugin/package.json", dir + "/opencode.json", dir + "/.gitignore"} {
 		g.Expect(oc.files).To(HaveKey(p))
-		g.Expect(oc.files[p]).To(HaveField("Uid", agentUID), "%s is the agent's", p)
+		g.Expect(oc.files[p]).To(HaveField("Uid", 0), "%s is root's: OpenCode leaves a directory it cannot write alone", p)
 	}
 	g.Expect(string(oc.data[dir+"/package.json"])).To(ContainSubstring(`"@opencode-ai/plugin": "` + in.CLIs["opencode"].Version + `"`))
 	var ocConf map[string]any
