@@ -58,8 +58,8 @@ func TestCacheStripsManagedFields(t *testing.T) {
 	if got := out.(*corev1.Pod).ManagedFields; len(got) != 0 {
 		t.Errorf("managedFields kept in the cache: %v", got)
 	}
-	if len(opts.ByObject) != 4 {
-		t.Errorf("label-selected caches: %d kinds, want pods, claims, service accounts, network policies", len(opts.ByObject))
+	if len(opts.ByObject) != 5 {
+		t.Errorf("label-selected caches: %d kinds, want pods, claims, service accounts, network policies, config maps", len(opts.ByObject))
 	}
 }
 

@@ -218,8 +218,22 @@ func run(ctx context.Context, args []string) (int, error) {
 	maxRequests := fs.Int64("model-max-requests", int64(envInt("SHEPHERD_MODEL_MAX_REQUESTS", 0)), "the session's model request budget; 0 is none (env SHEPHERD_MODEL_MAX_REQUESTS)")
 	maxTokens := fs.Int64("model-max-tokens", int64(envInt("SHEPHERD_MODEL_MAX_TOKENS", 0)), "the session's model token budget; 0 is none (env SHEPHERD_MODEL_MAX_TOKENS)")
 	egressProxy := fs.String("egress-proxy", env("SHEPHERD_EGRESS_PROXY", ""), "the egress proxy the runner reaches a named model API through (env SHEPHERD_EGRESS_PROXY)")
+	copyTo := fs.String("copy-to", env("SHEPHERD_COPY_TO", ""), "first copy the runner binary here, for the agent's containers (env SHEPHERD_COPY_TO)")
+	gitConfig := fs.String("git-config", env("SHEPHERD_GIT_CONFIG", ""), "first write the agent containers' system git configuration here (env SHEPHERD_GIT_CONFIG)")
 	ch := channelFlags(fs)
 	_ = fs.Parse(args)
+	// Before anything is served: the startup probe, and so the agent's containers, wait for the
+	// local server, which starts after these.
+	if *gitConfig != "" {
+		if err := runner.WriteAgentGitConfig(*gitConfig); err != nil {
+			return 1, err
+		}
+	}
+	if *copyTo != "" {
+		if err := runner.CopySelf(*copyTo); err != nil {
+			return 1, err
+		}
+	}
 	if cfg.Workdir == "" && !cfg.ServeOnly {
 		return 2, errors.New("--workdir is required")
 	}
@@ -298,8 +312,9 @@ func host(ctx context.Context, args []string) (int, error) {
 func probe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ExitOnError)
 	addr := fs.String("addr", runner.DefaultListen, "the runner's local server")
+	wait := fs.Duration("wait", 4*time.Second, "how long to wait for the runner to be ready before failing (keep it under the probe's timeoutSeconds)")
 	_ = fs.Parse(args)
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, *wait)
 	defer cancel()
 	return runner.Probe(ctx, *addr)
 }

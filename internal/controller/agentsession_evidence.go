@@ -31,7 +31,7 @@ func podEvidence(pod *corev1.Pod, nodeLost bool) lifecycle.PodEvidence {
 	if ev.Phase == "" {
 		ev.Phase = lifecycle.PodPending
 	}
-	// A failing init container (prepare, copy-runner) is the agent's failure to start. The
+	// A failing init container (prepare, the runner sidecar) is the agent's failure to start. The
 	// runner is a native sidecar: the kubelet restarts it when it ends, and ends it after the
 	// agent, so only its waiting (an image it cannot pull, a crash loop) says anything.
 	for _, cs := range pod.Status.InitContainerStatuses {

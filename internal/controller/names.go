@@ -26,7 +26,6 @@ const componentLabel = agentsv1alpha1.LabelComponent
 
 // Container names of agent pods.
 const (
-	containerCopyRunner = "copy-runner"
 	containerRunner     = "runner"
 	containerPrepare    = "prepare"
 	containerAgent      = "agent"
@@ -51,7 +50,7 @@ const (
 	binMount     = "/shepherd/bin"
 	runnerBinary = binMount + "/runner"
 	// agentGitConfig is the agent containers' system git configuration (runner.AgentGitConfig),
-	// written by copy-runner.
+	// written by the runner before it serves.
 	agentGitConfig = binMount + "/gitconfig"
 	tokenMount     = "/var/run/secrets/shepherd"
 	tokenFile      = tokenMount + "/token"

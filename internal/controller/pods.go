@@ -25,10 +25,10 @@ import (
 //
 // An agent pod has two trust domains (docs/security.md):
 //
-//	init  copy-runner  (runner image, uid 65533)  copies the runner binary for the agent's container
 //	init  runner       (runner image, uid 65533)  native sidecar (restartPolicy Always): the token, the
-//	                                              model key, the mirror; serves git and the model API on
-//	                                              the pod's loopback; starts once the volume is ready
+//	                                              model key, the mirror; copies its binary for the agent's
+//	                                              containers, serves git and the model API on the pod's
+//	                                              loopback; started once the copy and the volume are ready
 //	init  prepare      (agent image, uid 65532)   the checkout and the setup commands, no token
 //	      agent        (agent image, uid 65532)   the agent container's host, which runs the CLI
 //
@@ -230,7 +230,7 @@ const modelKeyMount = "/var/run/secrets/shepherd-model"
 
 // basePod is what agent and worktree pods share: the runner binary's copy, scratch space per
 // trust domain, the checkout volume, the runner's token and CA (and the model key, for a
-// session), and the copy-runner and runner containers. The caller adds the agent's containers.
+// session), and the runner's sidecar. The caller adds the agent's containers.
 func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agentsv1alpha1.Project, vol checkoutVolume, runnerArgs []string, agent *agentsv1alpha1.AgentSpec) *corev1.Pod {
 	pull := d.pullPolicy()
 	pod := &corev1.Pod{
@@ -253,19 +253,11 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 		},
 	}
 	always := corev1.ContainerRestartPolicyAlways
+	// The runner first copies itself (and the agent's git configuration) for the agent's
+	// containers, then serves: one container less to start in a row (each start after another
+	// costs the kubelet up to a second).
+	runnerArgs = append(runnerArgs, "--copy-to="+runnerBinary, "--git-config="+agentGitConfig)
 	pod.Spec.InitContainers = []corev1.Container{{
-		Name:            containerCopyRunner,
-		Image:           d.Options.RunnerImage,
-		ImagePullPolicy: pull,
-		Args:            []string{"copy-self", "--to=" + runnerBinary, "--git-config=" + agentGitConfig},
-		VolumeMounts:    []corev1.VolumeMount{{Name: volBin, MountPath: binMount}},
-		SecurityContext: restrictedContainer(runnerUser),
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceEphemeralStorage: resource.MustParse("64Mi")},
-		},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	}, {
 		Name:            containerRunner,
 		Image:           d.Options.RunnerImage,
 		ImagePullPolicy: pull,
@@ -278,11 +270,13 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 		// The checkout step starts once the runner made the volume ready (the mirror fetched, the
 		// agent's directories made, a spare moved into place): the kubelet mounts the checkout's
 		// directory into it when it starts, so the directory must be there, and final, by then.
+		// The probe waits (up to 25s) for that rather than answering at once, so the checkout
+		// step starts the moment the volume is ready, not at the next probe.
 		StartupProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{runnerImageBinary, "probe", "--addr=" + runnerListen}}},
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{runnerImageBinary, "probe", "--addr=" + runnerListen, "--wait=25s"}}},
 			PeriodSeconds:    1,
-			TimeoutSeconds:   5,
-			FailureThreshold: 3600, // a first fetch of a large repository
+			TimeoutSeconds:   30,
+			FailureThreshold: 240, // two hours for a first fetch of a large repository
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}}
@@ -359,6 +353,7 @@ func (d *Deps) runnerTLS() bool { return strings.HasPrefix(d.Options.RunnerURL, 
 // token and CA, the model key, and its own scratch space.
 func (d *Deps) runnerMounts(pod *corev1.Pod) []corev1.VolumeMount {
 	mounts := []corev1.VolumeMount{
+		{Name: volBin, MountPath: binMount},
 		{Name: volRunnerTmp, MountPath: "/tmp"},
 		{Name: volWorkspace, MountPath: workspaceMount},
 		{Name: volToken, MountPath: tokenMount, ReadOnly: true},

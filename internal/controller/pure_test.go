@@ -138,7 +138,7 @@ func TestPodEvidence(t *testing.T) {
 			lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending}},
 		{"running agent", agentPodWith(func(p *corev1.Pod) {
 			p.Status.Phase = corev1.PodRunning
-			p.Status.InitContainerStatuses = []corev1.ContainerStatus{terminated("copy-runner", 0, "Completed"), terminated("prepare", 0, "Completed")}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{terminated("prepare", 0, "Completed")}
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("agent")}
 			p.Status.ContainerStatuses[0].RestartCount = 2
 		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodRunning, ContainerRunning: true, Restarts: 2}},
@@ -148,7 +148,7 @@ func TestPodEvidence(t *testing.T) {
 		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending, WaitingReason: "ImagePullBackOff", WaitingMessage: "back-off pulling"}},
 		{"an init container crash-looping is the agent's failure to start", agentPodWith(func(p *corev1.Pod) {
 			p.Status.Phase = corev1.PodPending
-			p.Status.InitContainerStatuses = []corev1.ContainerStatus{terminated("copy-runner", 0, "Completed"), waiting("prepare", "CrashLoopBackOff", "restarting")}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{waiting("prepare", "CrashLoopBackOff", "restarting")}
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("agent", "PodInitializing", "")}
 		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending, WaitingReason: "CrashLoopBackOff", WaitingMessage: "prepare: restarting"}},
 		{"an init container waiting alone", agentPodWith(func(p *corev1.Pod) {
@@ -546,7 +546,7 @@ func testDeps() *Deps {
 }
 
 // runnerSide names the containers of the runner's trust domain.
-var runnerSide = map[string]bool{containerCopyRunner: true, containerRunner: true}
+var runnerSide = map[string]bool{containerRunner: true}
 
 // expectRestricted checks a pod against the restricted Pod Security Standard and Shepherd's own
 // rules: no API token; read-only root file systems; the runner's token, CA and model key in the
@@ -686,13 +686,13 @@ func TestAgentPod(t *testing.T) {
 	g.Expect(pod.Spec.ServiceAccountName).To(Equal("widgets-agent"))
 	g.Expect(pod.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
 	g.Expect(pod.Spec.InitContainers).To(HaveExactElements(
-		And(HaveField("Name", "copy-runner"), HaveField("Image", "runner:1"), HaveField("Args", ContainElement("copy-self"))),
 		And(HaveField("Name", "runner"), HaveField("Image", "runner:1"), HaveField("RestartPolicy", HaveValue(Equal(corev1.ContainerRestartPolicyAlways))),
-			HaveField("StartupProbe.Exec.Command", ContainElement("probe")), HaveField("Args", ContainElement("run"))),
+			HaveField("StartupProbe.Exec.Command", ContainElements("probe", "--wait=25s")),
+			HaveField("Args", ContainElements("run", "--copy-to=/shepherd/bin/runner", "--git-config=/shepherd/bin/gitconfig"))),
 		And(HaveField("Name", "prepare"), HaveField("Image", "claude:default"), HaveField("Command", []string{"/shepherd/bin/runner"}),
 			HaveField("Args", ContainElements("prepare", "--branch=shepherd/fix", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git"))),
 	))
-	runner := pod.Spec.InitContainers[1]
+	runner := pod.Spec.InitContainers[0]
 	g.Expect(runner.Env).To(ContainElements(
 		corev1.EnvVar{Name: "SHEPHERD_MANAGER_URL", Value: "https://shepherd-runner.shepherd-system.svc:8090"},
 		corev1.EnvVar{Name: "SHEPHERD_TOKEN_FILE", Value: "/var/run/secrets/shepherd/token"},
@@ -757,7 +757,7 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 		for _, pod := range []*corev1.Pod{agentPod, checkoutPod} {
 			expectRestricted(g, pod)
 		}
-		return []*corev1.Pod{agentPod, checkoutPod}, []corev1.Container{agentPod.Spec.InitContainers[2], agentPod.Spec.Containers[0], checkoutPod.Spec.Containers[0]}
+		return []*corev1.Pod{agentPod, checkoutPod}, []corev1.Container{agentPod.Spec.InitContainers[1], agentPod.Spec.Containers[0], checkoutPod.Spec.Containers[0]}
 	}
 	cacheMount := func(name, path, sub string, ro bool) corev1.VolumeMount {
 		return corev1.VolumeMount{Name: name, MountPath: path, SubPath: sub, ReadOnly: ro}
@@ -768,7 +768,7 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 		ps, cs := pods(g, agentsv1alpha1.WorkspaceWorktree)
 		for _, pod := range ps {
 			g.Expect(pod.Spec.Volumes).NotTo(ContainElement(projectVolume), "no second volume")
-			g.Expect(pod.Spec.InitContainers[1].Args).To(ContainElement(ContainSubstring("/shepherd/workspace/shared")), "the runner makes the cache's directory")
+			g.Expect(pod.Spec.InitContainers[0].Args).To(ContainElement(ContainSubstring("/shepherd/workspace/shared")), "the runner makes the cache's directory")
 		}
 		g.Expect(cs[0].VolumeMounts).To(ContainElement(cacheMount("workspace", "/shepherd/workspace/shared", "shared", false)), "prepare fills the cache")
 		g.Expect(cs[1].VolumeMounts).To(ContainElement(cacheMount("workspace", "/shepherd/workspace/shared", "shared", true)), "the agent only reads it")
@@ -783,12 +783,11 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 		for _, pod := range ps {
 			g.Expect(pod.Spec.Volumes).To(ContainElements(projectVolume,
 				And(HaveField("Name", "workspace"), HaveField("PersistentVolumeClaim.ClaimName", "fix-checkout"))), pod.Name)
-			g.Expect(pod.Spec.InitContainers[1].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "project-workspace", MountPath: "/shepherd/project"}))
+			g.Expect(pod.Spec.InitContainers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "project-workspace", MountPath: "/shepherd/project"}))
 		}
 		// The links are absolute: prepare makes them, and the agent follows them, at one path.
 		g.Expect(cs[0].VolumeMounts).To(ContainElement(cacheMount("project-workspace", "/shepherd/project/shared", "shared", false)))
 		g.Expect(cs[1].VolumeMounts).To(ContainElement(cacheMount("project-workspace", "/shepherd/project/shared", "shared", true)))
-		g.Expect(ps[0].Spec.InitContainers[0].VolumeMounts).To(HaveLen(1), "copy-runner mounts only where it copies to")
 		for _, c := range []corev1.Container{cs[0], cs[2]} {
 			g.Expect(c.Args).To(ContainElements("--shared-paths=node_modules", "--shared-dir=/shepherd/project/shared"), c.Name)
 		}
@@ -802,7 +801,7 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 			pod, err := d.agentPod(s, p, wt, worktreeVolume("widgets", wt, mode), mergeAgent(p.Spec.Agent, s.Spec.Agent))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(pod.Spec.Volumes).NotTo(ContainElement(projectVolume))
-			g.Expect(pod.Spec.InitContainers[2].Args).NotTo(ContainElement(HavePrefix("--shared")))
+			g.Expect(pod.Spec.InitContainers[1].Args).NotTo(ContainElement(HavePrefix("--shared")))
 		}
 	})
 }
@@ -850,7 +849,7 @@ func TestWorktreePod(t *testing.T) {
 		Not(HaveKey(agentsv1alpha1.LabelSession))), "a worktree pod is no session's: the runner channel serves it git only")
 	g.Expect(prep.Annotations).To(Equal(map[string]string{
 		annotationOperation: operationPrepare, annotationGeneration: "3", agentsv1alpha1.ReconcileRequestAnnotation: "now"}))
-	g.Expect(prep.Spec.InitContainers[1].Args).To(ContainElement("--serve-only"))
+	g.Expect(prep.Spec.InitContainers[0].Args).To(ContainElement("--serve-only"))
 	g.Expect(prep.Spec.Containers).To(ConsistOf(And(HaveField("Name", "prepare"), HaveField("Image", "claude:default"),
 		HaveField("Args", ContainElements("prepare", "--mode=Clone")))))
 	g.Expect(prep.Spec.Volumes).To(ContainElement(And(HaveField("Name", "workspace"),

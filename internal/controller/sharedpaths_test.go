@@ -29,7 +29,7 @@ var _ = Describe("Shared paths", func() {
 		))
 		// The checkout step mounts only the cache of the Project's volume; the runner makes it.
 		Expect(pod.Spec.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "project-workspace", MountPath: "/shepherd/project/shared", SubPath: "shared"}))
-		Expect(pod.Spec.InitContainers[1].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "project-workspace", MountPath: "/shepherd/project"}))
+		Expect(pod.Spec.InitContainers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "project-workspace", MountPath: "/shepherd/project"}))
 		Expect(pod.Spec.Containers[0].Args).To(ContainElements("--mode=Clone", "--shared-paths=node_modules", "--shared-dir=/shepherd/project/shared"))
 	})
 })

@@ -24,7 +24,7 @@ import (
 )
 
 // runnerSide are the containers of the runner's trust domain in an agent pod.
-var runnerSide = map[string]bool{"copy-runner": true, "runner": true}
+var runnerSide = map[string]bool{"runner": true}
 
 var _ = Describe("Two trust domains in the agent pod", func() {
 	It("keeps the token, the channel and the model key in the runner's container, and the agent's containers to their own directories", func() {
@@ -42,7 +42,7 @@ var _ = Describe("Two trust domains in the agent pod", func() {
 		Expect(pod.Spec.AutomountServiceAccountToken).To(HaveValue(BeFalse()))
 		Expect(pod.Spec.ShareProcessNamespace).To(Or(BeNil(), HaveValue(BeFalse())))
 		all := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-		Expect(all).To(HaveLen(4))
+		Expect(all).To(HaveLen(3), "the runner sidecar, prepare, the agent")
 		for _, c := range all {
 			sc := c.SecurityContext
 			Expect(sc.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()), c.Name)
@@ -76,7 +76,7 @@ var _ = Describe("Two trust domains in the agent pod", func() {
 				Expect(e.ValueFrom).To(BeNil(), "no Secret reaches the agent's environment here")
 			}
 		}
-		runner := pod.Spec.InitContainers[1]
+		runner := pod.Spec.InitContainers[0]
 		Expect(runner.Name).To(Equal("runner"))
 		Expect(runner.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
 		Expect(runner.Args).To(ContainElements("--model-api=Anthropic", "--model-url=https://llm.example.com", "--model-key-file=/var/run/secrets/shepherd-model/key"))
@@ -179,7 +179,7 @@ var _ = Describe("The runner channel over TLS", Serial, func() {
 		}
 		Expect(token).NotTo(BeNil())
 		Expect(token.Projected.Sources).To(ContainElement(HaveField("ConfigMap.Name", controller.RunnerCAConfigMap)))
-		Expect(pod.Spec.InitContainers[1].Env).To(ContainElement(corev1.EnvVar{Name: "SHEPHERD_CA_FILE", Value: "/var/run/secrets/shepherd/ca.crt"}))
+		Expect(pod.Spec.InitContainers[0].Env).To(ContainElement(corev1.EnvVar{Name: "SHEPHERD_CA_FILE", Value: "/var/run/secrets/shepherd/ca.crt"}))
 
 		By("a runner that trusts the published CA is served; one that does not cannot even connect")
 		tr, err := clientset.CoreV1().ServiceAccounts(w.ns).CreateToken(ctx, "widgets-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{

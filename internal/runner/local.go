@@ -209,7 +209,7 @@ func WaitLocal(ctx context.Context, addr string) (workspace.VolumeResult, error)
 			return workspace.VolumeResult{}, fmt.Errorf("the runner's container did not get ready: %w", ctx.Err())
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, time.Second)
+		delay = min(delay*2, 100*time.Millisecond) // loopback: asking costs nothing, waiting does
 	}
 }
 
@@ -220,11 +220,29 @@ func WaitLocal(ctx context.Context, addr string) (workspace.VolumeResult, error)
 func Probe(ctx context.Context, addr string) error {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
+	c := &http.Client{Transport: tr, Timeout: 2 * time.Second}
+	// The probe waits for the volume rather than answering at once: the kubelet probes once a
+	// second at best, and a probe that answers the moment the runner is ready starts the
+	// checkout step that moment (a probe result makes the kubelet sync the pod).
+	for {
+		err := probeOnce(ctx, c, addr)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func probeOnce(ctx context.Context, c *http.Client, addr string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+LocalHealthzPath, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("the runner does not answer yet: %w", err)
 	}

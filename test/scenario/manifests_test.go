@@ -50,13 +50,14 @@ func TestRenderDemoManifests(t *testing.T) {
 	if p.Spec.SCM.PollInterval == nil || p.Spec.SCM.PollInterval.Duration != time.Hour {
 		t.Errorf("pollInterval %v", p.Spec.SCM.PollInterval)
 	}
-	env := map[string]string{}
-	for _, e := range p.Spec.Agent.Env {
-		env[e.Name] = e.Value
+	// The model's key reaches the runner's model proxy only: the agent's env names no key and no
+	// model URL (the runner sets the CLI's base URL to its proxy).
+	if m := p.Spec.Agent.ModelAPI; m == nil || string(m.URL) != testValues().ModelURL || m.KeySecretRef.Name != "greeter-model" {
+		t.Errorf("modelAPI %+v", p.Spec.Agent.ModelAPI)
 	}
-	for _, k := range []string{"ANTHROPIC_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY"} {
-		if env[k] != testValues().ModelURL {
-			t.Errorf("agent env %s = %q", k, env[k])
+	for _, e := range p.Spec.Agent.Env {
+		if strings.Contains(e.Name, "KEY") || strings.Contains(e.Name, "TOKEN") {
+			t.Errorf("agent env carries %s", e.Name)
 		}
 	}
 	if r := p.Spec.Reactions; r == nil || r.ApprovedAndGreen == nil || r.ApprovedAndGreen.Action != agentsv1alpha1.ReactionMerge {
@@ -75,7 +76,7 @@ func TestRenderDemoManifests(t *testing.T) {
 	}
 	// Every Secret key the Project references exists.
 	refs := []agentsv1alpha1.SecretKeyRef{*p.Spec.Repository.Credentials.SecretRef, *p.Spec.SCM.WebhookSecretRef,
-		p.Spec.Agent.Credentials[0].SecretRef, p.Spec.Notifications.Routes[0].Webhook.SecretRef}
+		*p.Spec.Agent.ModelAPI.KeySecretRef, p.Spec.Notifications.Routes[0].Webhook.SecretRef}
 	for _, ref := range refs {
 		if _, ok := secrets[ref.Name][ref.Key]; !ok {
 			t.Errorf("the Project references %s/%s, which the Secrets lack", ref.Name, ref.Key)

@@ -7,7 +7,8 @@
 //   - full clone        workspace.Prepare in Clone mode without a mirror
 //   - blob:none clone   git clone --filter=blob:none --no-checkout, then the branch checkout
 //   - reference clone   workspace.Prepare in Clone mode with the mirror as --reference
-//   - worktree          workspace.Prepare in Worktree mode (mirror fetch + git worktree add)
+//   - worktree          workspace.Prepare in Worktree mode: a repository of its own that borrows
+//     the mirror's objects (alternates), its refs copied from the mirror, the files checked out
 //
 // and Shepherd's fifth, spec.workspace.spareWorktrees: workspace.Prepare in Worktree mode
 // claiming a spare worktree made (untimed) before each run, as the previous session's runner
@@ -109,9 +110,12 @@ func run(files, commits, assetKB, runs int, linkMbps float64, cache string) erro
 			_, err := workspace.Prepare(ctx, git, o)
 			var extra []string
 			if mode == agentsv1alpha1.WorkspaceWorktree {
-				// The worktree's index and HEAD live in the mirror's admin dir; count them.
+				// A linked worktree's index and HEAD live in the mirror's admin dir: count them
+				// (a checkout that borrows the mirror keeps its own .git inside it, counted).
 				admin, _ := git.Run(ctx, o.Path, "rev-parse", "--absolute-git-dir")
-				extra = append(extra, admin)
+				if admin != "" && !strings.HasPrefix(admin, o.Path+string(filepath.Separator)) {
+					extra = append(extra, admin)
+				}
 			}
 			return o.Path, extra, err
 		}
@@ -127,7 +131,7 @@ func run(files, commits, assetKB, runs int, linkMbps float64, cache string) erro
 			return path, nil, err
 		}},
 		{name: "reference clone", make: prep(agentsv1alpha1.WorkspaceClone, mirror, "reference")},
-		{name: "worktree add", make: prep(agentsv1alpha1.WorkspaceWorktree, mirror, "worktrees")},
+		{name: "worktree", make: prep(agentsv1alpha1.WorkspaceWorktree, mirror, "worktrees")},
 		// Shepherd with spec.workspace.spareWorktrees: the spare is made ahead of time (by the
 		// previous session's runner while its agent works; here untimed, before each run), and
 		// the timed prepare claims it.
@@ -171,7 +175,7 @@ func run(files, commits, assetKB, runs int, linkMbps float64, cache string) erro
 		fmt.Printf("%-16s median %8s of %d runs (%s)   disk %7.1f MB (apparent %7.1f MB)\n", m.name, res.median.Round(time.Millisecond),
 			runs, fmtTimes(times), float64(res.blocksKB)/1024, float64(res.apprKB)/1024)
 	}
-	full, wt := results["full clone"], results["worktree add"]
+	full, wt := results["full clone"], results["worktree"]
 	fmt.Println()
 	for _, m := range methods[1:] {
 		r := results[m.name]
