@@ -784,6 +784,21 @@ type ProjectStatus struct {
 	// Backlog reports the backlog query.
 	// +optional
 	Backlog *BacklogStatus `json:"backlog,omitempty"`
+
+	// Webhook says where the forge delivers this Project's webhooks; set when
+	// spec.scm.webhookSecretRef is.
+	// +optional
+	Webhook *WebhookStatus `json:"webhook,omitempty"`
+}
+
+// WebhookStatus locates a Project's webhook receiver.
+type WebhookStatus struct {
+	// Path of the Project's deliveries on the manager's webhook receiver
+	// (/hooks/<namespace>/<project>): the forge's webhook URL is the receiver's external address
+	// followed by this path. Deliveries there are verified with this Project's secret alone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=330
+	Path string `json:"path,omitempty"`
 }
 
 // MirrorStatus describes the Project's mirror.

@@ -32,6 +32,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
+	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 )
 
 // serviceAddress reads a Service of the manager's namespace and returns its cluster IP and the
@@ -134,6 +135,7 @@ type options struct {
 	runnerTLSNames   string
 	managerPodLabels string
 	webhookAddr      string
+	webhookMaxBody   int64
 	runnerURL        string
 	runnerService    string
 	egressProxyURL   string
@@ -168,6 +170,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.managerPodLabels, "manager-pod-labels", "app.kubernetes.io/name=shepherd,app.kubernetes.io/component=manager",
 		"Labels of the manager's own pods (key=value,...): a Project's egress NetworkPolicy lets agent pods reach the pods with these labels in $POD_NAMESPACE on the runner port.")
 	fs.StringVar(&o.webhookAddr, "webhook-bind-address", ":8091", "Address the forge webhook receiver binds to; \"0\" disables it.")
+	fs.Int64Var(&o.webhookMaxBody, "webhook-max-body-bytes", webhook.DefaultMaxBody, "Largest webhook delivery the receiver reads; larger ones are answered 413 (polling still sees their change).")
 	fs.StringVar(&o.runnerURL, "runner-url", "", "URL of the runner channel as agent pods reach it; empty derives it from --runner-service.")
 	fs.StringVar(&o.runnerService, "runner-service", "shepherd-runner", "Service (in the manager's namespace, from $POD_NAMESPACE) that exposes the runner channel; its cluster IP becomes the runner URL, so agent pods need no cluster DNS.")
 	fs.StringVar(&o.egressProxyURL, "egress-proxy-url", "", "URL of the egress proxy as agent pods reach it (http://address:3128); empty derives it from --egress-proxy-service, \"none\" runs without one (agent pods then reach only the CIDRs Projects open).")
@@ -369,6 +372,7 @@ func run(o options) error {
 		RunnerBindAddress:  o.runnerAddr,
 		RunnerTLSNames:     tlsNames,
 		WebhookBindAddress: o.webhookAddr,
+		WebhookMaxBody:     o.webhookMaxBody,
 	}); err != nil {
 		return err
 	}

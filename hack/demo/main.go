@@ -34,6 +34,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -115,7 +116,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	webhookURL, err := scenario.WebhookURL(ctx, cl)
+	// The Project's name comes from the samples; its path on the receiver is known before it exists.
+	webhookURL, err := scenario.WebhookURL(ctx, cl, types.NamespacedName{Namespace: o.namespace, Name: demoProject})
 	if err != nil {
 		return fmt.Errorf("%w (is the manager deployed? make run-local deploys it)", err)
 	}
@@ -136,11 +138,14 @@ func run(ctx context.Context, o options) error {
 
 	out.section("the forge, the scripted model server and a notification receiver on the node's IP %s", host)
 	started := time.Now()
-	forge, err := startForge(ctx, o, host, webhookURL)
+	forge, err := startForge(ctx, o, host)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = forge.Close() }()
+	if err := forge.HookTo(ctx, webhookURL); err != nil {
+		return err
+	}
 	out.line("forge:    %s (%.1fs): repository %s, issue #%d %q", forge.Name(), time.Since(started).Seconds(), forge.Repo(), forge.Issue(), scenario.IssueTitle)
 	out.line("          clone %s, API %s", forge.CloneURL(), forge.APIURL())
 	out.line("          webhooks to %s (the manager's Service %s/%s)", webhookURL, scenario.ManagerNamespace, scenario.WebhooksService)
@@ -166,6 +171,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if err := m.Write(filepath.Join(o.dir, "manifests")); err != nil {
 		return err
+	}
+	if m.Project.Name != demoProject {
+		return fmt.Errorf("the samples' Project is %q: the forge's webhook goes to %q's path", m.Project.Name, demoProject)
 	}
 	if err := m.ApplySetup(ctx, cl); err != nil {
 		return err
@@ -210,11 +218,14 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-func startForge(ctx context.Context, o options, host, webhookURL string) (scenario.Forge, error) {
+// demoProject is the name of config/samples/demo's Project.
+const demoProject = "greeter"
+
+func startForge(ctx context.Context, o options, host string) (scenario.Forge, error) {
 	if o.forge == "gitea" {
-		return scenario.StartGitea(ctx, scenario.GiteaOptions{Dir: filepath.Join(o.dir, "gitea"), Host: host, WebhookURL: webhookURL, Log: os.Stdout})
+		return scenario.StartGitea(ctx, scenario.GiteaOptions{Dir: filepath.Join(o.dir, "gitea"), Host: host, Log: os.Stdout})
 	}
-	return scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: host, Dir: filepath.Join(o.dir, "forge"), WebhookURL: webhookURL})
+	return scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: host, Dir: filepath.Join(o.dir, "forge")})
 }
 
 // summary prints each phase's time, the scenario's reactions, the pull request and its commits,

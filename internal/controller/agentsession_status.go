@@ -71,7 +71,7 @@ func (r *AgentSessionReconciler) observe(s *sessionScope, orig *agentsv1alpha1.A
 	}
 	r.Metrics.ObserveSessionWrite(metrics.SessionWrite{
 		Created: s.sess.CreationTimestamp.Time, Before: &orig.Status, After: &s.sess.Status,
-		Checkout: checkoutOf(s.pod), Now: r.now(),
+		Checkout: checkoutOf(s.pod), Now: r.now(), ConfiguredModel: s.agent.Model,
 	})
 }
 

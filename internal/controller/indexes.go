@@ -8,7 +8,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
-	"github.com/shepherd-dev/shepherd/internal/scm"
 )
 
 // Field indexes, so that no reconcile lists the whole cluster.
@@ -19,8 +18,6 @@ const (
 	indexWorktree = "shepherd.worktree"
 	// indexSecret indexes Projects by every Secret they reference.
 	indexSecret = "shepherd.secrets"
-	// indexRepository indexes Projects by repository ("owner/name"), for webhooks.
-	indexRepository = "shepherd.repository"
 )
 
 // sessionWorktree is the Worktree a session uses: the one it names, or its own (same name).
@@ -87,15 +84,6 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 		return projectSecrets(o.(*agentsv1alpha1.Project))
 	}); err != nil {
 		return fmt.Errorf("index projects by secret: %w", err)
-	}
-	if err := idx.IndexField(ctx, &agentsv1alpha1.Project{}, indexRepository, func(o client.Object) []string {
-		repo, err := scm.ParseRepoURL(string(o.(*agentsv1alpha1.Project).Spec.Repository.URL))
-		if err != nil {
-			return nil
-		}
-		return []string{repo.String()}
-	}); err != nil {
-		return fmt.Errorf("index projects by repository: %w", err)
 	}
 	return nil
 }

@@ -189,7 +189,8 @@ var _ = Describe("Metrics", Serial, func() {
 		By("a labelled issue becomes a backlog session (queries, spawns, API writes, forge requests)")
 		rcv := newReceiver("s3cret", http.StatusOK)
 		issue := w.issue("Measure everything", "agent", "ready")
-		create(w.backlogProject(1).With(withWebhook(w, rcv.URL)).Obj())
+		// The configured model bounds the model label (an agent reports what it likes).
+		create(w.backlogProject(1).With(withWebhook(w, rcv.URL)).With(func(s *agentsv1alpha1.ProjectSpec) { s.Agent.Model = model }).Obj())
 		Eventually(backlogSessions(w.ns)).Should(ConsistOf("widgets-" + issue))
 
 		By("its agent starts in a cold checkout and reports its spend")

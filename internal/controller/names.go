@@ -26,9 +26,9 @@ const componentLabel = agentsv1alpha1.LabelComponent
 
 // Container names of agent pods.
 const (
-	containerRunner     = "runner"
-	containerPrepare    = "prepare"
-	containerAgent      = "agent"
+	containerRunner  = "runner"
+	containerPrepare = "prepare"
+	containerAgent   = "agent"
 )
 
 // Component label values.

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
 )
@@ -176,13 +177,18 @@ func (r *ProjectReconciler) forget(key types.NamespacedName) {
 	r.Metrics.ForgetProject(key.Namespace, key.Name)
 }
 
-// checkSpec refuses what the API's schema cannot check: a prompt template that does not render
-// (the sessions it would start from issues would fail one by one).
+// checkSpec refuses what the API's schema cannot check: a prompt template or a reaction's
+// message that does not render, or that breaks the bounds of internal/safetemplate (the sessions
+// would fail one by one, or every reconcile of every session would pay for it). The verdicts are
+// remembered per template text, so this costs one render per new text.
 func (r *ProjectReconciler) checkSpec(_ context.Context, s *projectScope) error {
 	if t := s.project.Spec.Tracker; t != nil && t.PromptTemplate != "" {
 		if err := tracker.CheckPrompt(t.PromptTemplate); err != nil {
 			return Stalling(agentsv1alpha1.ReasonInvalidSpec, "spec.tracker.promptTemplate: %v: fix the template (it sees .Issue, .Project and .Branch; see docs/project.md)", err)
 		}
+	}
+	if _, err := lifecycle.ResolveSettings(s.project.Spec.Reactions, s.project.Spec.Activity); err != nil {
+		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "spec.reactions: %v: fix the reaction (a message sees .PullRequest, .Checks, .Threads, .Reviews and the rest of docs/reactions.md)", err)
 	}
 	return nil
 }

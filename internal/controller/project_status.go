@@ -6,10 +6,11 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 )
 
 // countSessions counts sessions by phase. Pure, table-tested.
@@ -97,6 +98,11 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 
 	if s.checked && s.accErr == nil {
 		p.Status.DefaultBranch = s.access.DefaultBranch
+	}
+	// Where the forge delivers this Project's webhooks, under the receiver's external URL.
+	p.Status.Webhook = nil
+	if p.Spec.SCM.WebhookSecretRef != nil {
+		p.Status.Webhook = &agentsv1alpha1.WebhookStatus{Path: webhook.ProjectPath(types.NamespacedName{Namespace: p.Namespace, Name: p.Name})}
 	}
 
 	setBacklogStatus(p, s)

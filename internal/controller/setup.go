@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -44,6 +45,8 @@ type Config struct {
 	RunnerBindAddress string
 	// WebhookBindAddress serves forge webhooks (":8091"); "0" disables it.
 	WebhookBindAddress string
+	// WebhookMaxBody caps a webhook delivery (0: webhook.DefaultMaxBody).
+	WebhookMaxBody int64
 	// RunnerTLSNames are the DNS names and IP addresses agent pods reach the runner channel at;
 	// set, the channel serves TLS with a certificate of the manager's own CA (kept in the
 	// RunnerTLSSecret of ManagerNamespace) and agent pods verify it. Empty: plain HTTP.
@@ -128,9 +131,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 
 	var handler *runnerapi.Handler
 	if cfg.RunnerBindAddress != "" && cfg.RunnerBindAddress != "0" {
+		// The reviews have a client and a rate of their own: tokens from every pod cannot spend
+		// the reconcilers' share of the API server (docs/security.md, the runner channel).
+		reviewCfg := rest.CopyConfig(mgr.GetConfig())
+		reviewCfg.QPS, reviewCfg.Burst = reviewQPS, reviewBurst
+		reviewClient, err := client.New(reviewCfg, client.Options{Scheme: mgr.GetScheme()})
+		if err != nil {
+			return nil, fmt.Errorf("token review client: %w", err)
+		}
 		handler, err = runnerapi.NewHandler(runnerapi.HandlerOptions{
 			Backend:  &RunnerBackend{Deps: deps},
-			Reviewer: runnerapi.NewTokenReviewer(deps.Client),
+			Reviewer: runnerapi.NewTokenReviewer(reviewClient),
 			Pods:     mgr.GetClient(),
 			LivePods: mgr.GetAPIReader(),
 			Identify: runnerapi.StandardIdentify(PodNames),
@@ -156,7 +167,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	}
 	if cfg.WebhookBindAddress != "" && cfg.WebhookBindAddress != "0" {
 		wh, err := webhook.NewHandler(webhook.Options{
-			Secret:  webhookSecrets(ctx, deps),
+			Lookup:  webhookTargets(deps),
+			MaxBody: cfg.WebhookMaxBody,
 			OnHint:  hub.Notify,
 			Metrics: scmMetrics,
 			Logger:  mgr.GetLogger().WithName("webhook"),
@@ -164,7 +176,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		if err != nil {
 			return nil, fmt.Errorf("webhook receiver: %w", err)
 		}
-		if err := mgr.Add(&httpServer{name: "webhook receiver", addr: cfg.WebhookBindAddress, handler: wh}); err != nil {
+		if err := mgr.Add(&httpServer{name: "webhook receiver", addr: cfg.WebhookBindAddress, handler: wh, limits: webhookLimits}); err != nil {
 			return nil, fmt.Errorf("add webhook receiver: %w", err)
 		}
 	}
@@ -184,6 +196,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	}
 	return deps, nil
 }
+
+// The token reviewer's client: its own rate, above the channel's own pace of reviews (50 a second
+// in bursts of 200, runnerapi.HandlerOptions), so that the client never queues what the channel
+// let through.
+const (
+	reviewQPS   = 60
+	reviewBurst = 200
+)
 
 // requeueAllProjects asks every Project to reconcile (the runner CA they publish changed).
 func requeueAllProjects(ctx context.Context, c client.Client, ch chan event.GenericEvent) {
@@ -284,28 +304,27 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// webhookSecrets finds a repository's webhook secret among the Projects of that repository
-// (the first, by namespace and name, that sets one).
-func webhookSecrets(ctx context.Context, d *Deps) func(scm.Repo) ([]byte, bool) {
-	return func(repo scm.Repo) ([]byte, bool) {
-		var list agentsv1alpha1.ProjectList
-		if err := d.Client.List(ctx, &list, client.MatchingFields{indexRepository: repo.String()}); err != nil {
-			return nil, false
+// webhookTargets finds the Project a webhook path names, in the manager's cache, and its
+// webhook secret. The path's namespace is the only one read: a delivery is never verified with
+// another namespace's secret, whatever repository its body names.
+func webhookTargets(d *Deps) func(context.Context, types.NamespacedName) (webhook.Target, error) {
+	return func(ctx context.Context, key types.NamespacedName) (webhook.Target, error) {
+		p := &agentsv1alpha1.Project{}
+		if err := d.Client.Get(ctx, key, p); err != nil {
+			return webhook.Target{}, webhook.ErrUnknownProject
 		}
-		sort.Slice(list.Items, func(i, j int) bool {
-			a, b := list.Items[i], list.Items[j]
-			return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
-		})
-		for i := range list.Items {
-			p := &list.Items[i]
-			if p.Spec.SCM.WebhookSecretRef == nil {
-				continue
-			}
-			if v, err := d.Secrets.Key(ctx, p.Namespace, *p.Spec.SCM.WebhookSecretRef, "spec.scm.webhookSecretRef"); err == nil {
-				return v, true
-			}
+		if p.Spec.SCM.WebhookSecretRef == nil || !p.DeletionTimestamp.IsZero() {
+			return webhook.Target{}, webhook.ErrUnknownProject
 		}
-		return nil, false
+		repo, err := scm.ParseRepoURL(string(p.Spec.Repository.URL))
+		if err != nil {
+			return webhook.Target{}, webhook.ErrUnknownProject
+		}
+		secret, err := d.Secrets.Key(ctx, p.Namespace, *p.Spec.SCM.WebhookSecretRef, "spec.scm.webhookSecretRef")
+		if err != nil {
+			return webhook.Target{}, webhook.ErrUnknownProject
+		}
+		return webhook.Target{Repo: repo, Secret: secret}, nil
 	}
 }
 
@@ -320,7 +339,21 @@ type httpServer struct {
 	// certificate).
 	tls   *tls.Config
 	ready <-chan struct{}
+	// limits, when set, bound the server for callers on the internet (the webhook receiver).
+	limits *serverLimits
 }
+
+// serverLimits bound what one client, or many, can make a server hold.
+type serverLimits struct {
+	// ReadTimeout bounds reading a whole request (headers and body); WriteTimeout the answer.
+	ReadTimeout, WriteTimeout time.Duration
+	// MaxConns bounds the connections open at once; more wait to be accepted.
+	MaxConns int
+}
+
+// webhookLimits are the receiver's: deliveries are small and answered at once (GitHub waits
+// 10 s for an answer), so a connection that is slower than that is not a forge.
+var webhookLimits = &serverLimits{ReadTimeout: 15 * time.Second, WriteTimeout: 15 * time.Second, MaxConns: 512}
 
 var _ manager.LeaderElectionRunnable = (*httpServer)(nil)
 
@@ -341,7 +374,12 @@ func (s *httpServer) Start(ctx context.Context) error {
 	if s.tls != nil {
 		l = tls.NewListener(l, s.tls)
 	}
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Headers are small: 64 KiB is eight times what a forge or the runner sends.
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	if lim := s.limits; lim != nil {
+		srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout = 5*time.Second, lim.ReadTimeout, lim.WriteTimeout, time.Minute
+		l = netutil.LimitListener(l, lim.MaxConns)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	ctrl.Log.WithName(s.name).Info("Serving", "address", l.Addr().String())

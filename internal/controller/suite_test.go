@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -83,9 +84,13 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	webhookAddr := freeAddr()
+	// The fake forge has one webhook URL for every repository; the relay stands for the hook each
+	// Project registered at its own path (forgehooks_test.go).
+	relay := httptest.NewServer(&forgeHooks{receiver: "http://" + webhookAddr})
+	DeferCleanup(relay.Close)
 	gh, err = fakegithub.New(fakegithub.Options{
 		Dir:           GinkgoT().TempDir(),
-		WebhookURL:    "http://" + webhookAddr + "/",
+		WebhookURL:    relay.URL + "/",
 		WebhookSecret: webhookSecret,
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -1,12 +1,16 @@
 package lifecycle
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
+	"sync"
 	"text/template"
 	"unicode/utf8"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/safetemplate"
 )
 
 // MaxMessageBytes bounds a message to the agent (status.messages.pending[].text allows 16384).
@@ -48,6 +52,12 @@ type PullRequestData struct {
 	BaseBranch string
 }
 
+// maxIndent bounds indent's argument: every line of a body is padded with it.
+const maxIndent = 32
+
+// maxRender bounds what a message template may write before it is clipped to MaxMessageBytes.
+const maxRender = 4 * MaxMessageBytes
+
 var funcs = template.FuncMap{
 	// short abbreviates a commit SHA the way git does in messages.
 	"short": func(s string) string {
@@ -56,10 +66,14 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	// indent prefixes every line with n spaces, for multi-line bodies under a list item.
-	"indent": func(n int, s string) string {
+	// indent prefixes every line with n spaces (at most maxIndent), for multi-line bodies under a
+	// list item.
+	"indent": func(n int, s string) (string, error) {
+		if n < 0 || n > maxIndent {
+			return "", fmt.Errorf("indent %d: indent by 0 to %d spaces", n, maxIndent)
+		}
 		pad := strings.Repeat(" ", n)
-		return pad + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+pad)
+		return pad + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+pad), nil
 	},
 }
 
@@ -105,24 +119,51 @@ Address each point, then commit and push to {{with .PullRequest.HeadBranch}}{{.}
 `,
 }
 
-// parseTemplate parses a reaction message template.
+// parseTemplate parses a reaction message template within safetemplate's bounds.
 func parseTemplate(t agentsv1alpha1.ReactionTrigger, text string) (*template.Template, error) {
-	tpl, err := template.New(string(t)).Funcs(funcs).Option("missingkey=error").Parse(text)
+	tpl, err := safetemplate.Parse(string(t), text, funcs, reflect.TypeFor[MessageData]())
 	if err != nil {
 		return nil, fmt.Errorf("parse message template: %w", err)
 	}
 	return tpl, nil
 }
 
+// checked remembers the verdict on each template text, so that a Project's templates are
+// checked once per text and not on every reconcile of every session (the cache is emptied when
+// it holds maxChecked texts).
+var checked = struct {
+	sync.Mutex
+	m map[string]error
+}{m: map[string]error{}}
+
+const maxChecked = 1024
+
 // checkTemplate parses text and renders it on sample data, so that a template naming a field
 // that does not exist fails when the Project is read, not when CI fails at night.
 func checkTemplate(t agentsv1alpha1.ReactionTrigger, text string) error {
+	key := string(t) + "\x00" + text
+	checked.Lock()
+	err, ok := checked.m[key]
+	checked.Unlock()
+	if ok {
+		return err
+	}
+	err = checkTemplateOnce(t, text)
+	checked.Lock()
+	if len(checked.m) >= maxChecked {
+		checked.m = map[string]error{}
+	}
+	checked.m[key] = err
+	checked.Unlock()
+	return err
+}
+
+func checkTemplateOnce(t agentsv1alpha1.ReactionTrigger, text string) error {
 	tpl, err := parseTemplate(t, text)
 	if err != nil {
 		return err
 	}
-	var b strings.Builder
-	if err := tpl.Execute(&b, sampleData(t)); err != nil {
+	if _, err := safetemplate.Execute(tpl, sampleData(t), maxRender, safetemplate.DefaultTimeout); err != nil && !errors.Is(err, safetemplate.ErrTooLong) {
 		return fmt.Errorf("render message template: %w", err)
 	}
 	return nil
@@ -167,11 +208,12 @@ func execute(t agentsv1alpha1.ReactionTrigger, text string, data MessageData) (s
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	if err := tpl.Execute(&b, data); err != nil {
+	text, err = safetemplate.Execute(tpl, data, maxRender, safetemplate.DefaultTimeout)
+	if err != nil && !errors.Is(err, safetemplate.ErrTooLong) {
+		// Too long is clipped by the caller; anything else falls back to the built-in message.
 		return "", fmt.Errorf("render message template: %w", err)
 	}
-	return b.String(), nil
+	return text, nil
 }
 
 // tail keeps the last n bytes of s, on a rune boundary.

@@ -15,6 +15,7 @@ package metrics
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -180,6 +181,31 @@ type SessionWrite struct {
 	Checkout Checkout
 	// Now is when the write succeeded.
 	Now time.Time
+	// ConfiguredModel is the model the session's spec asks for (the Project's agent.model or the
+	// session's override); empty for the CLI's default. It bounds the model label: the agent
+	// reports a model of its own choosing, and the label must not grow with what it says.
+	ConfiguredModel string
+}
+
+// Model label values besides the configured models.
+const (
+	// ModelOther: the agent reported a model that is not the configured one.
+	ModelOther = "other"
+	// ModelDefault: no model configured (the CLI's own default), whatever the agent reported.
+	ModelDefault = "default"
+)
+
+// modelLabel bounds the model label to the configured models, "default" and "other": the
+// reported model when it is the configured one, or the configured one with a suffix (the alias
+// claude-sonnet-4-5 reported as claude-sonnet-4-5-20250929 is labelled with the alias). Pure.
+func modelLabel(configured, reported string) string {
+	switch {
+	case configured == "":
+		return ModelDefault
+	case reported == configured || strings.HasPrefix(reported, configured+"-") || reported == "":
+		return configured
+	}
+	return ModelOther
 }
 
 // ObserveSessionWrite records what a session's status write changed: its phase transition, its
@@ -209,12 +235,12 @@ func (m *Metrics) ObserveSessionWrite(w SessionWrite) {
 		}
 		m.TimeToMerge.Observe(since(w.Created, at))
 	}
-	m.observeUsage(a.Agent, b.Usage, a.Usage)
+	m.observeUsage(string(a.Agent.Type), modelLabel(w.ConfiguredModel, a.Agent.Model), b.Usage, a.Usage)
 }
 
 // observeUsage adds the spend between two usage snapshots. A snapshot that went down (an agent
 // whose count restarted) adds nothing until it passes the old value.
-func (m *Metrics) observeUsage(agent agentsv1alpha1.AgentStatus, before, after *agentsv1alpha1.UsageStatus) {
+func (m *Metrics) observeUsage(a, model string, before, after *agentsv1alpha1.UsageStatus) {
 	if after == nil {
 		return
 	}
@@ -222,7 +248,6 @@ func (m *Metrics) observeUsage(agent agentsv1alpha1.AgentStatus, before, after *
 	if before != nil {
 		prev = *before
 	}
-	a, model := string(agent.Type), agent.Model
 	if d := parseUSD(after.CostUSD) - parseUSD(prev.CostUSD); d > 0 {
 		m.AgentCost.WithLabelValues(a, model).Add(d)
 	}

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,7 +130,8 @@ func TestObserveSessionWrite(t *testing.T) {
 			m, err := New(nil)
 			g.Expect(err).NotTo(HaveOccurred())
 			tc.after.Agent = agent
-			m.ObserveSessionWrite(SessionWrite{Created: t0, Before: &tc.before, After: &tc.after, Checkout: tc.checkout, Now: t0.Add(10 * time.Minute)})
+			m.ObserveSessionWrite(SessionWrite{Created: t0, Before: &tc.before, After: &tc.after, Checkout: tc.checkout, Now: t0.Add(10 * time.Minute),
+				ConfiguredModel: "claude-sonnet-4-5"})
 			g.Expect(testutil.CollectAndCount(m.PhaseTransitions)).To(Equal(len(tc.transitions)))
 			for k, v := range tc.transitions {
 				g.Expect(testutil.ToFloat64(m.PhaseTransitions.WithLabelValues(k[0], k[1]))).To(Equal(v))
@@ -223,4 +226,28 @@ func histogram(t *testing.T, o prometheus.Observer) *dto.Histogram {
 		t.Fatal(err)
 	}
 	return out.GetHistogram()
+}
+
+// An agent reporting a new model name with every report leaves the series bounded: the
+// configured model, "default" and "other".
+func TestAttackRandomModelNamesKeepTheSeriesBounded(t *testing.T) {
+	g := NewWithT(t)
+	m, err := New(nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	t0 := time.Now()
+	for i := range 1000 {
+		for _, configured := range []string{"claude-sonnet-4-5", ""} {
+			before := agentsv1alpha1.AgentSessionStatus{Phase: agentsv1alpha1.PhaseWorking}
+			after := agentsv1alpha1.AgentSessionStatus{Phase: agentsv1alpha1.PhaseWorking,
+				Agent: agentsv1alpha1.AgentStatus{Type: agentsv1alpha1.AgentClaudeCode, Model: fmt.Sprintf("model-%d-%s", i, strings.Repeat("x", i%50))},
+				Usage: &agentsv1alpha1.UsageStatus{CostUSD: "0.01", InputTokens: 1, OutputTokens: 1}}
+			m.ObserveSessionWrite(SessionWrite{Created: t0, Before: &before, After: &after, Now: t0, ConfiguredModel: configured})
+		}
+	}
+	g.Expect(testutil.CollectAndCount(m.AgentCost)).To(Equal(2), "other (under the configured model) and default")
+	g.Expect(testutil.ToFloat64(m.AgentCost.WithLabelValues("claude-code", ModelOther))).To(BeNumerically("~", 10, 1e-6))
+	g.Expect(testutil.CollectAndCount(m.AgentTokens)).To(Equal(4))
+	g.Expect(modelLabel("claude-sonnet-4-5", "claude-sonnet-4-5-20250929")).To(Equal("claude-sonnet-4-5"))
+	g.Expect(modelLabel("claude-sonnet-4-5", "claude-sonnet-4-5")).To(Equal("claude-sonnet-4-5"))
+	g.Expect(modelLabel("gpt-5", "claude")).To(Equal(ModelOther))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,6 +73,12 @@ type HandlerOptions struct {
 	Audience string
 	// CacheTTL bounds how long a token review is reused; default 10 minutes.
 	CacheTTL time.Duration
+	// ReviewRate and ReviewBurst pace the TokenReviews of tokens the cache does not know
+	// (defaults 50 a second, bursts of 200: a fleet of 5000 runners whose tokens the kubelet
+	// renews every ~48 minutes needs about 2 a second). Reviews over the rate are not made: the
+	// runner gets 503 and retries.
+	ReviewRate  float64
+	ReviewBurst int
 	// MaxWait caps a long poll; default 60s.
 	MaxWait time.Duration
 	// PollInterval is how often a long poll asks the Backend again when nobody calls Wake;
@@ -131,9 +138,16 @@ func NewHandler(o HandlerOptions) (*Handler, error) {
 	if o.Identify == nil {
 		o.Identify = StandardIdentify(DefaultPodNames)
 	}
+	if o.ReviewRate <= 0 {
+		o.ReviewRate = 50
+	}
+	if o.ReviewBurst <= 0 {
+		o.ReviewBurst = 200
+	}
 	h := &Handler{
-		o:       o,
-		auth:    &Authenticator{Reviewer: o.Reviewer, Audience: o.Audience, TTL: o.CacheTTL, Clock: o.Clock},
+		o: o,
+		auth: &Authenticator{Reviewer: o.Reviewer, Audience: o.Audience, TTL: o.CacheTTL, Clock: o.Clock,
+			Limiter: rate.NewLimiter(rate.Limit(o.ReviewRate), o.ReviewBurst)},
 		seq:     map[types.UID]seqEntry{},
 		waiters: map[types.NamespacedName]chan struct{}{},
 	}
@@ -142,11 +156,14 @@ func NewHandler(o HandlerOptions) (*Handler, error) {
 	mux.HandleFunc("POST "+PathReports, h.authed(h.report))
 	mux.HandleFunc("GET "+PathMessages, h.authed(h.messages))
 	mux.HandleFunc("POST "+PathMessages+"/{id}/ack", h.authed(h.ack))
-	mux.HandleFunc("POST "+PathPullRequest, h.authed(h.pullRequest))
-	mux.HandleFunc(PathGit+"/", h.authed(h.git))
+	mux.HandleFunc("POST "+PathPullRequest, h.authed(h.limited(newPodLimiter(LimitPullRequest), h.pullRequest)))
+	mux.HandleFunc(PathGit+"/", h.authed(h.limited(newPodLimiter(LimitGit), h.git)))
 	h.mux = mux
 	return h, nil
 }
+
+// AuthStats counts the channel's token reviews, prechecks and negative-cache hits.
+func (h *Handler) AuthStats() AuthStats { return h.auth.Stats() }
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
@@ -193,6 +210,11 @@ func (h *Handler) authed(next handlerFunc) http.HandlerFunc {
 		if err != nil {
 			if errors.Is(err, ErrUnauthenticated) {
 				h.fail(w, http.StatusUnauthorized, err.Error())
+				return
+			}
+			if errors.Is(err, ErrReviewBusy) {
+				w.Header().Set("Retry-After", "1")
+				h.fail(w, http.StatusServiceUnavailable, err.Error())
 				return
 			}
 			h.o.Log.Error(err, "Token review failed")

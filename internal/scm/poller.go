@@ -93,7 +93,7 @@ type Poller struct {
 
 	mu       sync.Mutex
 	items    map[types.NamespacedName]*pollItem
-	webhooks map[Repo]time.Time
+	webhooks map[webhookKey]time.Time
 	// hintTAT is the hint budget (see HintBurst and hintReadyAtLocked): each hint-driven call
 	// moves it HintInterval past the later of itself and the call's time.
 	hintTAT time.Time
@@ -149,9 +149,24 @@ func NewPoller(src Refresher, opts PollerOptions) *Poller {
 		src:      src,
 		opts:     opts,
 		items:    map[types.NamespacedName]*pollItem{},
-		webhooks: map[Repo]time.Time{},
+		webhooks: map[webhookKey]time.Time{},
 		wake:     make(chan struct{}, 1),
 	}
+}
+
+// webhookKey records where verified deliveries flow: a namespace's repository (case-folded).
+type webhookKey struct{ namespace, repo string }
+
+// webhookSeen is when a verified delivery last came for the item's repository, through its
+// namespace's Project or (a hint without a namespace) for every namespace.
+func (p *Poller) webhookSeen(it *pollItem) (time.Time, bool) {
+	repo := it.watch.Repo.Key()
+	a, okA := p.webhooks[webhookKey{namespace: it.key.Namespace, repo: repo}]
+	b, okB := p.webhooks[webhookKey{repo: repo}]
+	if b.After(a) {
+		a = b
+	}
+	return a, okA || okB
 }
 
 // Register starts or updates following a session. It is idempotent: the controller calls it on
@@ -161,7 +176,7 @@ func (p *Poller) Register(key types.NamespacedName, w Watch) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	it, ok := p.items[key]
-	if ok && it.watch.Repo == w.Repo && it.watch.Head == w.Head && it.watch.Base == w.Base && (it.watch.Number == w.Number || it.watch.Number == 0) {
+	if ok && it.watch.Repo.Equal(w.Repo) && it.watch.Head == w.Head && it.watch.Base == w.Base && (it.watch.Number == w.Number || it.watch.Number == 0) {
 		it.watch = w
 		return
 	}
@@ -205,12 +220,12 @@ func (p *Poller) Notify(h Hint) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if h.Webhook {
-		p.webhooks[h.Repo] = now
+		p.webhooks[webhookKey{namespace: h.Namespace, repo: h.Repo.Key()}] = now
 	}
 	due := now.Add(p.opts.HintDelay)
 	hit := false
 	for _, it := range p.items {
-		if it.watch.Repo != h.Repo {
+		if !it.watch.Repo.Equal(h.Repo) || (h.Namespace != "" && it.key.Namespace != h.Namespace) {
 			continue
 		}
 		full, probe := it.matches(h)
@@ -281,7 +296,7 @@ func (p *Poller) maxAgeLocked(it *pollItem, now time.Time) time.Duration {
 	if it.watch.WebhookMaxAge > 0 {
 		relaxed = it.watch.WebhookMaxAge
 	}
-	if seen, ok := p.webhooks[it.watch.Repo]; ok && now.Sub(seen) < relaxed {
+	if seen, ok := p.webhookSeen(it); ok && now.Sub(seen) < relaxed {
 		age = max(age, relaxed)
 	}
 	return age

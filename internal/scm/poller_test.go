@@ -466,3 +466,25 @@ func TestPollerRechecksWhatTheForgeIsStillComputing(t *testing.T) {
 	g.Expect(src.reads).To(HaveLen(3), "decided: nothing due until the deadline")
 	g.Expect(next.Sub(clock.Now())).To(BeNumerically(">", 50*time.Minute))
 }
+
+// A hint in the forge's canonical case reaches a watch registered in another case; a hint that
+// speaks for one namespace (a Project's verified delivery) wakes that namespace's sessions only.
+func TestPollerHintsIgnoreCaseAndKeepToTheirNamespace(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Hour, HintDelay: time.Second, HintInterval: time.Second})
+	a := e.openPR(t, "a")
+	mine, theirs := types.NamespacedName{Namespace: "team", Name: "s"}, types.NamespacedName{Namespace: "other", Name: "s"}
+	e.poller.Register(mine, scm.Watch{Repo: e.repo, Number: a, Head: scm.Head{Branch: "a"}})
+	e.poller.Register(theirs, scm.Watch{Repo: e.repo, Number: a, Head: scm.Head{Branch: "a"}})
+	_, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.changes(mine)).To(Equal(1))
+	g.Expect(e.changes(theirs)).To(Equal(1))
+
+	_, err = e.fake.AddReview("acme/widgets", a, "alice", "APPROVED", "ok")
+	g.Expect(err).NotTo(HaveOccurred())
+	e.poller.Notify(scm.Hint{Repo: scm.Repo{Owner: "ACME", Name: "Widgets"}, Namespace: "team", Event: "pull_request_review", Numbers: []int{a}, Webhook: true})
+	e.pollUntil(t, e.clock.Now().Add(3*time.Second))
+	g.Expect(e.changes(mine)).To(Equal(2), "the hint's case does not matter")
+	g.Expect(e.changes(theirs)).To(Equal(1), "another namespace's session is not woken by this Project's delivery")
+}

@@ -19,6 +19,16 @@ func (r Repo) String() string { return r.Owner + "/" + r.Name }
 // IsZero reports whether the repository is unset.
 func (r Repo) IsZero() bool { return r.Owner == "" && r.Name == "" }
 
+// Equal compares two repositories as the forges do: GitHub and Gitea owner and repository names
+// are case-insensitive, and deliveries carry the forge's canonical case ("Codertocat/Hello-World")
+// whatever case a Project's URL was typed in.
+func (r Repo) Equal(o Repo) bool {
+	return strings.EqualFold(r.Owner, o.Owner) && strings.EqualFold(r.Name, o.Name)
+}
+
+// Key is the repository's case-folded "owner/name", for maps and indexes (see Equal).
+func (r Repo) Key() string { return strings.ToLower(r.String()) }
+
 // ParseRepo parses "owner/name".
 func ParseRepo(s string) (Repo, error) {
 	owner, name, ok := strings.Cut(s, "/")
@@ -348,6 +358,10 @@ type Hint struct {
 	Branches []string
 	// SHAs of commits whose checks changed.
 	SHAs []string
+	// Namespace, when set, limits the hint to the sessions of that namespace: a webhook delivery
+	// is verified with the secret of one Project, and it speaks for that Project's namespace only
+	// (another tenant following the same repository name is not woken by it).
+	Namespace string
 	// Webhook is true for a hint from a verified webhook delivery (the webhook handler sets it).
 	// Only those tell the Poller that the repository's webhooks flow, which relaxes its safety
 	// net to PollerOptions.WebhookMaxAge; a hint the manager makes itself (after opening or

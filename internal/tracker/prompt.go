@@ -1,11 +1,13 @@
 package tracker
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"text/template"
+
+	"github.com/shepherd-dev/shepherd/internal/safetemplate"
 )
 
 // DefaultPromptTemplate is used when the Project sets no promptTemplate.
@@ -67,6 +69,10 @@ type PromptData struct {
 // NewPromptData builds the input of a template from an issue.
 // Long bodies and comment threads are cut so that the prompt stays within the API's bound.
 func NewPromptData(issue *Issue, project PromptProject, branch string) PromptData {
+	labels := issue.Labels
+	if len(labels) > maxPromptLabels {
+		labels = labels[:maxPromptLabels]
+	}
 	comments := issue.Comments
 	if len(comments) > maxPromptComments {
 		comments = comments[len(comments)-maxPromptComments:]
@@ -78,7 +84,7 @@ func NewPromptData(issue *Issue, project PromptProject, branch string) PromptDat
 	}
 	return PromptData{
 		Issue: PromptIssue{ID: issue.ID, Title: clip(issue.Title, 1024), Body: clip(issue.Body, maxPromptBody), URL: issue.URL,
-			Labels: issue.Labels, Comments: cut, OmittedComments: issue.OmittedComments},
+			Labels: labels, Comments: cut, OmittedComments: issue.OmittedComments},
 		Project: project,
 		Branch:  branch,
 	}
@@ -88,6 +94,8 @@ const (
 	maxPromptBody     = 16384
 	maxPromptComments = 10
 	maxPromptComment  = 1024
+	// maxPromptLabels bounds the labels a template can range over (GitHub allows 100 an issue).
+	maxPromptLabels = 100
 )
 
 // clip cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
@@ -116,12 +124,12 @@ func parsePrompt(tmpl string) (*template.Template, error) {
 	if strings.TrimSpace(tmpl) == "" {
 		tmpl = DefaultPromptTemplate
 	}
-	t, err := template.New("prompt").Option("missingkey=error").Funcs(template.FuncMap{
+	t, err := safetemplate.Parse("prompt", tmpl, template.FuncMap{
 		"join":  strings.Join,
 		"upper": strings.ToUpper,
 		"lower": strings.ToLower,
 		"trim":  strings.TrimSpace,
-	}).Parse(tmpl)
+	}, reflect.TypeFor[PromptData]())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
@@ -136,25 +144,9 @@ func RenderPrompt(tmpl string, data PromptData) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var buf limitedBuffer
-	buf.limit = maxPrompt
-	if err := t.Execute(&buf, data); err != nil {
+	text, err := safetemplate.Execute(t, data, maxPrompt, safetemplate.DefaultTimeout)
+	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
-	return strings.TrimSpace(buf.String()) + "\n", nil
-}
-
-// limitedBuffer stops a template from producing more than limit bytes.
-type limitedBuffer struct {
-	bytes.Buffer
-	limit int
-}
-
-var errTooLong = errors.New("rendered prompt exceeds 32768 bytes")
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if b.Len()+len(p) > b.limit {
-		return 0, errTooLong
-	}
-	return b.Buffer.Write(p)
+	return strings.TrimSpace(text) + "\n", nil
 }

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -128,9 +129,7 @@ type agentProject struct {
 func newAgentProject(ctx context.Context, c *cluster, a realAgent, prefix string, mutate func(*agentsv1alpha1.ProjectSpec)) *agentProject {
 	GinkgoHelper()
 	host := nodeIP(ctx, c)
-	webhookURL, err := scenario.WebhookURL(ctx, c.client)
-	Expect(err).NotTo(HaveOccurred())
-	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: host, Dir: GinkgoT().TempDir(), WebhookURL: webhookURL})
+	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: host, Dir: GinkgoT().TempDir()})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(gh.Close)
 	ms := modelserver.New(nil)
@@ -140,6 +139,9 @@ func newAgentProject(ctx context.Context, c *cluster, a realAgent, prefix string
 	ns := restrictedNamespace(ctx, c, prefix)
 	// Best effort: after a failure the suite's AfterAll may already have stopped the cluster.
 	DeferCleanup(func() { _ = c.client.Delete(context.Background(), ns) })
+	webhookURL, err := scenario.WebhookURL(ctx, c.client, types.NamespacedName{Namespace: ns.Name, Name: "widgets"})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(gh.HookTo(ctx, webhookURL)).To(Succeed())
 	for name, data := range map[string]map[string]string{
 		"forge": {"token": gh.Token(), "webhook-secret": gh.WebhookSecret()},
 		"model": {"api-key": agentModelKey},

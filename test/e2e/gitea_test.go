@@ -32,12 +32,10 @@ var giteaWebhookEvents = []string{"status", "pull_request_rejected", "pull_reque
 // webhooks can move the session within the play's bounded steps.
 func giteaSession(ctx context.Context, c *cluster) {
 	By("starting Gitea on the node IP, with the repository protected and a webhook to the manager's Service")
-	webhookURL, err := scenario.WebhookURL(ctx, c.client)
-	Expect(err).NotTo(HaveOccurred())
 	dir := GinkgoT().TempDir()
 	started := time.Now()
 	g, err := scenario.StartGitea(ctx, scenario.GiteaOptions{Dir: filepath.Join(dir, "gitea"), Host: nodeIP(ctx, c),
-		WebhookURL: webhookURL, Log: GinkgoWriter})
+		Log: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	fmt.Fprintf(GinkgoWriter, "%s ready with the repository in %.1fs\n", g.Name(), time.Since(started).Seconds())
 	DeferCleanup(func() {

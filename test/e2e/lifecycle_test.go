@@ -61,6 +61,9 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 	m, err := scenario.Render(filepath.Join(repoRoot(), "config", "samples", "demo"), ns.Name,
 		scenario.ValuesFor(forge, model.URL(), notices.URL(), host, opts.pollInterval))
 	Expect(err).NotTo(HaveOccurred())
+	webhookURL, err := scenario.WebhookURL(ctx, c.client, client.ObjectKeyFromObject(m.Project))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(forge.HookTo(ctx, webhookURL)).To(Succeed())
 	Expect(m.ApplySetup(ctx, c.client)).To(Succeed())
 	Expect(scenario.WaitProjectReady(ctx, c.client, client.ObjectKeyFromObject(m.Project), time.Minute)).To(Succeed())
 
@@ -165,9 +168,7 @@ func checkSessionEnd(ctx context.Context, c *cluster, run *sessionRun) {
 // the manager in the middle and checks that nothing was duplicated or lost.
 func wholeSession(ctx context.Context, c *cluster) {
 	By("serving the fake GitHub on the node IP, with webhooks to the manager's Service")
-	webhookURL, err := scenario.WebhookURL(ctx, c.client)
-	Expect(err).NotTo(HaveOccurred())
-	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir(), WebhookURL: webhookURL})
+	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(gh.Close)
 

@@ -31,7 +31,10 @@ func newDeliveryID() string {
 // deliver sends hooks, signed with the webhook secret, in order and synchronously, so that a
 // test's next step sees their effect.
 func (s *Server) deliver(hooks []hook) {
-	if len(hooks) == 0 || (s.opts.WebhookURL == "" && s.opts.WebhookHandler == nil) {
+	s.mu.Lock()
+	url := s.opts.WebhookURL
+	s.mu.Unlock()
+	if len(hooks) == 0 || (url == "" && s.opts.WebhookHandler == nil) {
 		return
 	}
 	for _, h := range hooks {
@@ -57,6 +60,14 @@ func (s *Server) deliver(hooks []hook) {
 	}
 }
 
+// SetWebhookURL points the repository webhooks at url (a receiver that exists only after the
+// fake started: a Project's path on the manager's receiver).
+func (s *Server) SetWebhookURL(url string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.WebhookURL = url
+}
+
 // Redeliver sends a past delivery again with the same id, as GitHub's "Redeliver" does.
 func (s *Server) Redeliver(d Delivery) int {
 	mac := hmac.New(sha256.New, s.opts.WebhookSecret)
@@ -79,7 +90,10 @@ func (s *Server) send(hdr http.Header, body []byte) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.opts.WebhookURL, bytes.NewReader(body))
+	s.mu.Lock()
+	url := s.opts.WebhookURL
+	s.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0
 	}

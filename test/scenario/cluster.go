@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 )
 
 // Where config/default puts the manager and its webhook receiver.
@@ -50,9 +52,10 @@ func NodeIP(ctx context.Context, cl client.Reader) (string, error) {
 	return "", errors.New("no real node with an InternalIP")
 }
 
-// WebhookURL is the manager's webhook receiver through its Service's cluster IP, which the
-// machine reaches through kube-proxy: where the forges on the node deliver.
-func WebhookURL(ctx context.Context, cl client.Reader) (string, error) {
+// WebhookURL is a Project's path on the manager's webhook receiver, through the receiver
+// Service's cluster IP, which the machine reaches through kube-proxy: where the forges on the
+// node deliver that Project's webhooks.
+func WebhookURL(ctx context.Context, cl client.Reader, project types.NamespacedName) (string, error) {
 	svc := &corev1.Service{}
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: ManagerNamespace, Name: WebhooksService}, svc); err != nil {
 		return "", fmt.Errorf("the manager's webhooks Service: %w", err)
@@ -60,7 +63,7 @@ func WebhookURL(ctx context.Context, cl client.Reader) (string, error) {
 	if len(svc.Spec.Ports) == 0 || svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return "", fmt.Errorf("service %s/%s has no cluster IP and port", ManagerNamespace, WebhooksService)
 	}
-	return fmt.Sprintf("http://%s/", net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))), nil
+	return fmt.Sprintf("http://%s%s", net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))), webhook.ProjectPath(project)), nil
 }
 
 // RestrictedNamespace is a namespace enforcing the restricted Pod Security Standard, which agent

@@ -31,8 +31,6 @@ type FakeGitHubOptions struct {
 	Host string
 	// Dir holds the bare repositories (a temporary directory when empty, removed by Close).
 	Dir string
-	// WebhookURL receives the signed webhooks: the manager's webhooks Service.
-	WebhookURL string
 }
 
 // FakeGitHub is the in-repo fake GitHub (test/fakegithub) serving the scenario's repository.
@@ -48,7 +46,7 @@ var _ Forge = (*FakeGitHub)(nil)
 // StartFakeGitHub serves the fake GitHub on opts.Host with the repository acme/greeter (seeded,
 // main protected by the check "test" and one approval) and its issue.
 func StartFakeGitHub(opts FakeGitHubOptions) (*FakeGitHub, error) {
-	gh, err := fakegithub.New(fakegithub.Options{Dir: opts.Dir, WebhookURL: opts.WebhookURL, WebhookSecret: []byte(fakeWebhookSecret)})
+	gh, err := fakegithub.New(fakegithub.Options{Dir: opts.Dir, WebhookSecret: []byte(fakeWebhookSecret)})
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +56,12 @@ func StartFakeGitHub(opts FakeGitHubOptions) (*FakeGitHub, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// HookTo sends the repository's webhooks to url from now on.
+func (f *FakeGitHub) HookTo(_ context.Context, url string) error {
+	f.Server.SetWebhookURL(url)
+	return nil
 }
 
 func (f *FakeGitHub) seed(host string) error {

@@ -48,6 +48,9 @@ type Forge interface {
 	Token() string
 	// WebhookSecret signs the forge's webhooks to the manager.
 	WebhookSecret() string
+	// HookTo points the repository's webhook at url: the Project's path on the manager's
+	// receiver (WebhookURL), known once the Project's namespace is.
+	HookTo(ctx context.Context, url string) error
 	// Issue is the number of the issue the session works on.
 	Issue() int
 	// Check is the name of the required check (a check run or a commit status context).

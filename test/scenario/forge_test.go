@@ -48,8 +48,11 @@ func startForge(ctx context.Context, t *testing.T, name, webhookURL string) (For
 	t.Helper()
 	switch name {
 	case "github":
-		f, err := StartFakeGitHub(FakeGitHubOptions{Host: "127.0.0.1", WebhookURL: webhookURL})
+		f, err := StartFakeGitHub(FakeGitHubOptions{Host: "127.0.0.1"})
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.HookTo(ctx, webhookURL); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = f.Close() })
@@ -61,8 +64,11 @@ func startForge(ctx context.Context, t *testing.T, name, webhookURL string) (For
 			return sha
 		}
 	default:
-		f, err := StartGitea(ctx, GiteaOptions{Dir: filepath.Join(t.TempDir(), "gitea"), Host: "127.0.0.1", WebhookURL: webhookURL})
+		f, err := StartGitea(ctx, GiteaOptions{Dir: filepath.Join(t.TempDir(), "gitea"), Host: "127.0.0.1"})
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.HookTo(ctx, webhookURL); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = f.Close() })

@@ -25,9 +25,6 @@ type GiteaOptions struct {
 	// Host is the node's IP: Gitea listens on every address and builds its URLs (clone URLs,
 	// html_url) on this one, so that pods reach it.
 	Host string
-	// WebhookURL receives the repository's webhooks: the manager's webhooks Service (a private
-	// address, which the forge is allowed to deliver to).
-	WebhookURL string
 	// Log receives Gitea's progress lines (the build, when it is not cached yet).
 	Log io.Writer
 }
@@ -53,7 +50,7 @@ var _ Forge = (*Gitea)(nil)
 
 // StartGitea starts Gitea on opts.Host (building it first when the cache lacks it) with the
 // repository <admin>/greeter seeded, main protected (status ci/build, one approval, blocked by a
-// rejecting review), the issue, and a repository webhook to opts.WebhookURL.
+// rejecting review) and the issue; HookTo adds the repository webhook.
 func StartGitea(ctx context.Context, opts GiteaOptions) (*Gitea, error) {
 	srv, err := gitea.Start(ctx, gitea.Options{Dir: opts.Dir, Addr: "0.0.0.0", Host: opts.Host,
 		WebhookHosts: []string{"loopback", "private"}, Log: opts.Log})
@@ -61,7 +58,7 @@ func StartGitea(ctx context.Context, opts GiteaOptions) (*Gitea, error) {
 		return nil, err
 	}
 	g := &Gitea{Server: srv, admin: srv.Client(srv.Admin), review: srv.Client(srv.Reviewer)}
-	if err := g.seed(ctx, opts.WebhookURL); err != nil {
+	if err := g.seed(ctx); err != nil {
 		_ = srv.Stop()
 		return nil, err
 	}
@@ -70,7 +67,7 @@ func StartGitea(ctx context.Context, opts GiteaOptions) (*Gitea, error) {
 
 func (g *Gitea) owner() string { return g.Server.Admin.Name }
 
-func (g *Gitea) seed(ctx context.Context, webhookURL string) error {
+func (g *Gitea) seed(ctx context.Context) error {
 	owner := g.owner()
 	if err := g.admin.CreateRepo(ctx, RepoName); err != nil {
 		return fmt.Errorf("create %s: %w", g.Repo(), err)
@@ -91,8 +88,13 @@ func (g *Gitea) seed(ctx context.Context, webhookURL string) error {
 		return fmt.Errorf("open the issue: %w", err)
 	}
 	g.issue = n
-	// Last, so that the seeding sends the manager nothing.
-	if _, err := g.admin.CreateWebhook(ctx, owner, RepoName, webhookURL, giteaWebhookSecret); err != nil {
+	return nil
+}
+
+// HookTo creates the repository's webhook to url (a private address, which this Gitea is allowed
+// to deliver to). After the seeding, so that the seeding sends the manager nothing.
+func (g *Gitea) HookTo(ctx context.Context, url string) error {
+	if _, err := g.admin.CreateWebhook(ctx, g.owner(), RepoName, url, giteaWebhookSecret); err != nil {
 		return fmt.Errorf("create the webhook: %w", err)
 	}
 	return nil

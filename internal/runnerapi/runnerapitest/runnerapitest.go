@@ -6,6 +6,8 @@ package runnerapitest
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -258,6 +261,24 @@ func (r *StaticReviewer) Review(_ context.Context, token string, audiences []str
 	return &authnv1.TokenReviewStatus{Authenticated: true, User: u, Audiences: audiences}, nil
 }
 
+// JWTFor returns a token shaped as the kubelet projects one for pod (a JWT of audience aud,
+// valid from nbf to exp, bound to the pod), with sig in place of a signature: what the channel's
+// precheck reads before it asks for a review. Only a reviewer that knows the token accepts it.
+func JWTFor(pod *corev1.Pod, aud string, nbf, exp time.Time, sig string) string {
+	enc := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	head := enc(map[string]string{"alg": "RS256", "kid": "test"})
+	claims := enc(map[string]any{
+		"aud": []string{aud}, "exp": exp.Unix(), "iat": nbf.Unix(), "nbf": nbf.Unix(),
+		"iss": "https://kubernetes.default.svc", "sub": "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName,
+		"kubernetes.io": map[string]any{"namespace": pod.Namespace, "pod": map[string]string{"name": pod.Name, "uid": string(pod.UID)},
+			"serviceaccount": map[string]string{"name": pod.Spec.ServiceAccountName}},
+	})
+	return head + "." + claims + "." + base64.RawURLEncoding.EncodeToString([]byte(sig))
+}
+
 // Issue returns a new token bound to pod.
 func (r *StaticReviewer) Issue(pod *corev1.Pod) string {
 	r.mu.Lock()
@@ -265,7 +286,7 @@ func (r *StaticReviewer) Issue(pod *corev1.Pod) string {
 	if r.tokens == nil {
 		r.tokens = map[string]authnv1.UserInfo{}
 	}
-	token := fmt.Sprintf("test-token-%s-%d", pod.Name, len(r.tokens))
+	token := JWTFor(pod, runnerapi.Audience, time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour), fmt.Sprintf("sig-%d", len(r.tokens)))
 	r.tokens[token] = authnv1.UserInfo{
 		Username: "system:serviceaccount:" + pod.Namespace + ":" + pod.Spec.ServiceAccountName,
 		Extra: map[string]authnv1.ExtraValue{

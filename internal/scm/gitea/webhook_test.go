@@ -26,6 +26,9 @@ import (
 	giteatest "github.com/shepherd-dev/shepherd/test/gitea"
 )
 
+// giteaProject is the Project whose path Gitea's hooks deliver to.
+var giteaProject = types.NamespacedName{Namespace: "team", Name: "widgets"}
+
 // delivery is one request Gitea sent, as it arrived.
 type delivery struct {
 	event, eventType string
@@ -53,11 +56,11 @@ func newReceiver(t *testing.T, repo scm.Repo, secret []byte) *receiver {
 	g.Expect(err).NotTo(HaveOccurred())
 	r := &receiver{metrics: m}
 	r.handler, err = webhook.NewHandler(webhook.Options{
-		Secret: func(got scm.Repo) ([]byte, bool) {
-			if got == repo {
-				return secret, true
+		Lookup: func(_ context.Context, key types.NamespacedName) (webhook.Target, error) {
+			if key != giteaProject {
+				return webhook.Target{}, webhook.ErrUnknownProject
 			}
-			return nil, false
+			return webhook.Target{Repo: repo, Secret: secret}, nil
 		},
 		OnHint: func(h scm.Hint) {
 			r.mu.Lock()
@@ -137,10 +140,10 @@ func TestGiteaDeliveriesAreVerifiedAndRouted(t *testing.T) {
 	e := newEnv(t)
 	secret := []byte("gitea-webhook-secret")
 	r := newReceiver(t, e.repo, secret)
-	_, err := e.owner.CreateWebhook(ctx, e.repo.Owner, e.repo.Name, r.srv.URL+"/webhooks/gitea", string(secret))
+	_, err := e.owner.CreateWebhook(ctx, e.repo.Owner, e.repo.Name, r.srv.URL+webhook.ProjectPath(giteaProject), string(secret))
 	g.Expect(err).NotTo(HaveOccurred())
 	// A second hook signs with a secret Shepherd does not know: every delivery of it is refused.
-	_, err = e.owner.CreateWebhook(ctx, e.repo.Owner, e.repo.Name, r.srv.URL+"/webhooks/gitea", "not-the-secret")
+	_, err = e.owner.CreateWebhook(ctx, e.repo.Owner, e.repo.Name, r.srv.URL+webhook.ProjectPath(giteaProject), "not-the-secret")
 	g.Expect(err).NotTo(HaveOccurred())
 
 	head := e.commit("feature", map[string]string{"a.txt": "a\n"})
@@ -282,10 +285,10 @@ func TestWebhooksDriveThePoller(t *testing.T) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = poller.Start(pctx) }()
-	_, err := e.owner.CreateWebhook(ctx, e.repo.Owner, e.repo.Name, r.srv.URL+"/webhooks/gitea", string(secret))
+	_, err := e.owner.CreateWebhook(ctx, e.repo.Owner, e.repo.Name, r.srv.URL+webhook.ProjectPath(giteaProject), string(secret))
 	g.Expect(err).NotTo(HaveOccurred())
 
-	key := types.NamespacedName{Namespace: "ns", Name: "session"}
+	key := types.NamespacedName{Namespace: giteaProject.Namespace, Name: "session"}
 	poller.Register(key, scm.Watch{Repo: e.repo, Head: scm.Head{Branch: "feature"}})
 	g.Eventually(func() bool { _, ok := poller.Get(key); return ok }).WithTimeout(30 * time.Second).Should(BeTrue())
 	obs, _ := poller.Get(key)

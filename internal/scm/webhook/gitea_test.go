@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
@@ -42,11 +44,12 @@ func giteaHandler(t *testing.T) (*Handler, *sink) {
 	t.Helper()
 	s := &sink{}
 	h, err := NewHandler(Options{
-		Secret: func(r scm.Repo) ([]byte, bool) {
-			if r.String() == giteaRepo {
-				return secret, true
+		Lookup: func(_ context.Context, key types.NamespacedName) (Target, error) {
+			if key != project {
+				return Target{}, ErrUnknownProject
 			}
-			return nil, false
+			repo, err := scm.ParseRepo(giteaRepo)
+			return Target{Repo: repo, Secret: secret}, err
 		},
 		OnHint: s.add,
 	})
@@ -111,7 +114,8 @@ func TestGiteaOwnHeadersSuffice(t *testing.T) {
 	h, s := giteaHandler(t)
 	event, body := giteaFixture(t, "pull_request_review_approved")
 	send := func(id, sig string, b []byte) int {
-		req := httptest.NewRequest(http.MethodPost, "/webhooks/gitea", bytes.NewReader(b))
+		req := httptest.NewRequest(http.MethodPost, ProjectPath(project), bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Gitea-Event", event)
 		req.Header.Set("X-Gitea-Delivery", id)
 		req.Header.Set("X-Gitea-Signature", sig)

@@ -81,23 +81,6 @@ type named struct {
 	Name string `json:"name"`
 }
 
-// repositoryOf reads only the repository's full name, to find the secret that verifies the
-// rest.
-func repositoryOf(body []byte) (scm.Repo, error) {
-	var p struct {
-		Repository *struct {
-			FullName string `json:"full_name"`
-		} `json:"repository"`
-	}
-	if err := json.Unmarshal(body, &p); err != nil {
-		return scm.Repo{}, fmt.Errorf("payload is not JSON: %w", err)
-	}
-	if p.Repository == nil {
-		return scm.Repo{}, fmt.Errorf("payload names no repository")
-	}
-	return scm.ParseRepo(p.Repository.FullName)
-}
-
 // Parse turns a verified delivery into a hint. The event must be Supported.
 func Parse(event string, body []byte) (scm.Hint, error) {
 	var p payload
@@ -105,6 +88,10 @@ func Parse(event string, body []byte) (scm.Hint, error) {
 		return scm.Hint{}, fmt.Errorf("%s payload: %w", event, err)
 	}
 	if p.Repository == nil {
+		if event == "ping" {
+			// An organisation's or an App's hook pings without a repository.
+			return scm.Hint{Event: event}, nil
+		}
 		return scm.Hint{}, fmt.Errorf("%s payload names no repository", event)
 	}
 	repo, err := scm.ParseRepo(p.Repository.FullName)

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,12 +11,16 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/test/fakegithub"
 )
 
 var secret = []byte("It's a Secret to Everybody")
+
+// project is the Project the test deliveries go to.
+var project = types.NamespacedName{Namespace: "team", Name: "widgets"}
 
 type sink struct {
 	mu    sync.Mutex
@@ -34,11 +39,11 @@ func newHandler(t *testing.T, opts ...func(*Options)) (*Handler, *sink, *scm.Met
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	s := &sink{}
 	o := Options{
-		Secret: func(r scm.Repo) ([]byte, bool) {
-			if r.String() == "octocat/Hello-World" {
-				return secret, true
+		Lookup: func(_ context.Context, key types.NamespacedName) (Target, error) {
+			if key != project {
+				return Target{}, ErrUnknownProject
 			}
-			return nil, false
+			return Target{Repo: scm.Repo{Owner: "octocat", Name: "Hello-World"}, Secret: secret}, nil
 		},
 		OnHint:  s.add,
 		Metrics: m,
@@ -52,7 +57,8 @@ func newHandler(t *testing.T, opts ...func(*Options)) (*Handler, *sink, *scm.Met
 }
 
 func deliver(h http.Handler, event, id string, body []byte, sig string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/webhooks/github", bytes.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, ProjectPath(project), bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-GitHub-Event", event)
 	if id != "" {
 		req.Header.Set("X-GitHub-Delivery", id)
@@ -149,14 +155,15 @@ func TestBadAndMissingSignatures(t *testing.T) {
 	// A body changed after signing fails.
 	tampered := bytes.Replace(body, []byte(`"number": 1347`), []byte(`"number": 1`), 1)
 	g.Expect(deliver(h, "pull_request", "d-tampered", tampered, Sign(secret, body)).Code).To(Equal(http.StatusUnauthorized))
-	// A repository Shepherd has no secret for cannot be verified.
+	// A signed body naming another repository (an organisation's hook) routes nothing.
 	other := bytes.ReplaceAll(body, []byte("octocat/Hello-World"), []byte("evil/repo"))
-	g.Expect(deliver(h, "pull_request", "d-other", other, Sign(secret, other)).Code).To(Equal(http.StatusUnauthorized))
-	g.Expect(deliver(h, "pull_request", "d-notjson", []byte("nope"), Sign(secret, []byte("nope"))).Code).To(Equal(http.StatusUnauthorized))
+	g.Expect(deliver(h, "pull_request", "d-other", other, Sign(secret, other)).Code).To(Equal(http.StatusAccepted))
+	g.Expect(deliver(h, "pull_request", "d-notjson", []byte("nope"), Sign(secret, []byte("nope"))).Code).To(Equal(http.StatusBadRequest))
 	g.Expect(s.hints).To(BeEmpty())
-	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("pull_request", "bad_signature"))).To(Equal(8.0))
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("pull_request", "bad_signature"))).To(Equal(6.0))
+	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("pull_request", "other_repository"))).To(Equal(1.0))
 
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req := httptest.NewRequest(http.MethodGet, ProjectPath(project), nil)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	g.Expect(rec.Code).To(Equal(http.StatusMethodNotAllowed))
@@ -269,6 +276,55 @@ func FuzzParse(f *testing.F) {
 		}
 		if hint.Repo.Owner == "" || hint.Repo.Name == "" {
 			t.Fatalf("hint without repository")
+		}
+	})
+}
+
+// FuzzHandler: the receiver end to end, signature and parse. Any delivery is answered with one
+// of the receiver's statuses, and only a correctly signed one reaches OnHint.
+func FuzzHandler(f *testing.F) {
+	for _, name := range []string{"pull_request.opened", "check_run.completed", "push", "ping", "issue_comment.created"} {
+		f.Add(strings.SplitN(name, ".", 2)[0], fakegithub.Fixture("webhooks/"+name+".json"), true, "application/json")
+	}
+	event, body := giteaFixture(f, "pull_request_review_approved")
+	f.Add(event, body, true, "application/json; charset=utf-8")
+	f.Add("push", []byte(`{"repository":{"full_name":"OctoCat/hello-world"},"ref":"refs/heads/x"}`), true, "application/json")
+	f.Add("pull_request", []byte(`payload=%7B%7D`), false, "application/x-www-form-urlencoded")
+	f.Add("installation", []byte(`{}`), false, "")
+	allowed := map[int]bool{http.StatusOK: true, http.StatusAccepted: true, http.StatusBadRequest: true, http.StatusUnauthorized: true,
+		http.StatusUnsupportedMediaType: true, http.StatusRequestEntityTooLarge: true}
+	f.Fuzz(func(t *testing.T, event string, body []byte, signed bool, contentType string) {
+		var hints []scm.Hint
+		h, err := NewHandler(Options{
+			Lookup: func(context.Context, types.NamespacedName) (Target, error) {
+				return Target{Repo: scm.Repo{Owner: "octocat", Name: "Hello-World"}, Secret: secret}, nil
+			},
+			OnHint:  func(hint scm.Hint) { hints = append(hints, hint) },
+			MaxBody: 64 << 10,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodPost, ProjectPath(project), bytes.NewReader(body))
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("X-GitHub-Event", event)
+		sig := Sign([]byte("wrong"), body)
+		if signed {
+			sig = Sign(secret, body)
+		}
+		req.Header.Set("X-Hub-Signature-256", sig)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if !allowed[rec.Code] {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+		if len(hints) > 0 && !signed {
+			t.Fatalf("an unsigned delivery was routed: %+v", hints)
+		}
+		for _, hint := range hints {
+			if hint.Repo != (scm.Repo{Owner: "octocat", Name: "Hello-World"}) || hint.Namespace != project.Namespace || !hint.Webhook {
+				t.Fatalf("hint routed outside its Project: %+v", hint)
+			}
 		}
 	})
 }

@@ -309,8 +309,13 @@ func (r *hookRelay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	// The fake's in-process deliveries carry no Project path: they are the bench Project's.
+	req.URL.Path = webhook.ProjectPath(benchProject)
 	r.h.ServeHTTP(w, req)
 }
+
+// benchProject is the Project whose webhook receives the economy runs' deliveries.
+var benchProject = types.NamespacedName{Namespace: "bench", Name: "monorepo"}
 
 // RunPoller follows the pull requests with Shepherd's Poller alone (poll interval 1m), called
 // step by step on a simulated clock, with or without the webhook handler feeding it. Latencies
@@ -341,7 +346,12 @@ func RunPoller(tb testing.TB, name string, prs, seconds int, acts []Activity, we
 	}})
 	if webhooks {
 		relay.h, err = webhook.NewHandler(webhook.Options{
-			Secret: func(scm.Repo) ([]byte, bool) { return WebhookSecret, true },
+			Lookup: func(_ context.Context, key types.NamespacedName) (webhook.Target, error) {
+				if key != benchProject {
+					return webhook.Target{}, webhook.ErrUnknownProject
+				}
+				return webhook.Target{Repo: scm.Repo{Owner: "acme", Name: "monorepo"}, Secret: WebhookSecret}, nil
+			},
 			OnHint: poller.Notify,
 		})
 		if err != nil {

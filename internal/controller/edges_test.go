@@ -1,0 +1,96 @@
+package controller_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
+)
+
+// post sends a delivery to the manager's receiver at path, signed with secret.
+func post(path, event string, body, secret []byte) int {
+	GinkgoHelper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+mgr.webhookAddr+path, bytes.NewReader(body))
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", event)
+	req.Header.Set("X-GitHub-Delivery", fmt.Sprintf("%d", time.Now().UnixNano()))
+	req.Header.Set("X-Hub-Signature-256", webhook.Sign(secret, body))
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+var _ = Describe("Webhook deliveries", func() {
+	It("are verified with the secret of the Project their path names, never another namespace's", func() {
+		victim := newWorld()
+		create(victim.project().Obj())
+		Eventually(projectConditions(victim.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
+
+		By("a tenant in another namespace registers the victim's repository, in another case, with its own secret")
+		attacker := newNamespace()
+		attackerSecret := []byte("the attacker's secret")
+		create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: attacker, Name: "github"},
+			StringData: map[string]string{"token": ghToken, "webhook": string(attackerSecret)}})
+		create(project(attacker, strings.ToUpper(victim.full)).Obj())
+
+		p := &agentsv1alpha1.Project{}
+		Eventually(func() string {
+			_ = k8sClient.Get(ctx, types.NamespacedName{Namespace: victim.ns, Name: "widgets"}, p)
+			if p.Status.Webhook == nil {
+				return ""
+			}
+			return p.Status.Webhook.Path
+		}).Should(Equal("/hooks/" + victim.ns + "/widgets"))
+
+		body := []byte(`{"action":"opened","number":1,"repository":{"full_name":"` + victim.full + `"}}`)
+		Expect(post(p.Status.Webhook.Path, "pull_request", body, attackerSecret)).To(Equal(http.StatusUnauthorized),
+			"the attacker's secret does not verify the victim's deliveries")
+		Expect(post(p.Status.Webhook.Path, "pull_request", body, webhookSecret)).To(Equal(http.StatusAccepted))
+		By("the attacker's own path verifies its own secret (a canonical-case delivery for its upper-case URL)")
+		Expect(post(webhook.ProjectPath(types.NamespacedName{Namespace: attacker, Name: "widgets"}), "pull_request", body, attackerSecret)).
+			To(Equal(http.StatusAccepted))
+		Expect(post("/hooks/"+victim.ns+"/nobody", "pull_request", body, webhookSecret)).To(Equal(http.StatusNotFound))
+		Expect(post("/", "pull_request", body, webhookSecret)).To(Equal(http.StatusNotFound))
+	})
+})
+
+var _ = Describe("Template bombs", func() {
+	It("are refused where the Project is reconciled, with a message saying what to fix, at once", func() {
+		for _, tc := range []struct {
+			name   string
+			mutate func(*agentsv1alpha1.ProjectSpec)
+			want   string
+		}{
+			{"a range over a literal in the prompt", func(s *agentsv1alpha1.ProjectSpec) {
+				s.Tracker.PromptTemplate = `{{range 9223372036854775807}}{{end}}`
+			}, "spec.tracker.promptTemplate"},
+			{"a printf width in a reaction's message", func(s *agentsv1alpha1.ProjectSpec) {
+				s.Reactions = &agentsv1alpha1.ReactionsSpec{CIFailed: &agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionSendToAgent,
+					Message: `{{printf "%0999999999d" 1}}{{range .Checks}}{{range $.Checks}}{{indent 999999999 .Name}}{{end}}{{end}}`}}
+			}, "spec.reactions"},
+			{"ranges over a number in a reaction's message", func(s *agentsv1alpha1.ProjectSpec) {
+				s.Reactions = &agentsv1alpha1.ReactionsSpec{ChangesRequested: &agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionSendToAgent,
+					Message: `{{range .PullRequest.Number}}{{range $.PullRequest.Number}}x{{end}}{{end}}`}}
+			}, "not a list"},
+		} {
+			By(tc.name)
+			w := newWorld()
+			create(w.project().With(tc.mutate).Obj())
+			Eventually(projectConditions(w.ns, "widgets")).WithTimeout(10 * time.Second).Should(ContainElement(And(
+				HaveField("Type", agentsv1alpha1.ConditionStalled), HaveField("Status", metav1.ConditionTrue),
+				HaveField("Reason", agentsv1alpha1.ReasonInvalidSpec), HaveField("Message", ContainSubstring(tc.want)))))
+		}
+	})
+})
