@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +34,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
+	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 )
 
@@ -145,6 +148,7 @@ type options struct {
 	dnsNamespace     string
 	dnsPodLabels     string
 	clusterCIDRs     string
+	outboundAllow    string
 	deniedCIDRs      string
 	runnerImage      string
 	agentImages      string
@@ -180,6 +184,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.egressPort, "egress-proxy-port", 3128, "Port of the egress proxy's pods.")
 	fs.StringVar(&o.dnsNamespace, "dns-namespace", "kube-system", "Namespace of the cluster's DNS pods, the only DNS servers agent pods may ask.")
 	fs.StringVar(&o.dnsPodLabels, "dns-pod-labels", "k8s-app=kube-dns", "Labels of the cluster's DNS pods (key=value,...).")
+	fs.StringVar(&o.outboundAllow, "outbound-allow-cidrs", "", "Ranges the manager may call at addresses Projects name (scm.apiURL, tracker.linear.apiURL, notification URLs, the repository URL) although they are loopback, link-local or the cluster's own (comma-separated CIDRs): an in-cluster forge, a forge on loopback in development. Empty: those are refused (docs/security.md).")
 	fs.StringVar(&o.clusterCIDRs, "cluster-cidrs", "", "The cluster's pod and service ranges and the API server's addresses (comma-separated): a Project's egress CIDR that contains one excepts it unless it lies within it. Empty: read from the nodes' pod ranges, the ServiceCIDRs and the kubernetes Service's endpoints at start.")
 	fs.StringVar(&o.deniedCIDRs, "denied-cidrs", "169.254.0.0/16,fe80::/10,100.64.0.0/10", "Ranges agent pods may not reach even inside a wider egress CIDR a Project opens (cloud metadata), unless the Project names them.")
 	fs.StringVar(&o.runnerImage, "runner-image", "shepherd-runner:latest", "Image holding the runner binary, copied into every agent pod.")
@@ -345,6 +350,21 @@ func run(o options) error {
 		log.Info("Egress proxy URL derived from its Service", "url", o.egressProxyURL)
 	}
 	clusterCIDRs := splitComma(o.clusterCIDRs)
+	// The manager's own outbound calls to addresses Projects name (forge and tracker APIs,
+	// notifications, the repository the git proxy forwards to) refuse the cluster's ranges.
+	guard := &netguard.Guard{}
+	for _, c := range clusterCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			guard.Deny = append(guard.Deny, p)
+		}
+	}
+	for _, c := range splitComma(o.outboundAllow) {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("--outbound-allow-cidrs: %q: %w", c, err)
+		}
+		guard.Allow = append(guard.Allow, p)
+	}
 	if len(clusterCIDRs) == 0 {
 		// Without --cluster-cidrs the ranges come from the cluster: a Project's wide egress CIDR
 		// then still excepts the pods, the Services and the API server.
@@ -360,6 +380,20 @@ func run(o options) error {
 		}
 		clusterCIDRs = ranges.All()
 		log.Info("Cluster ranges found", "pods", ranges.Pods, "services", ranges.Services, "apiServer", ranges.APIServer)
+		for _, c := range slices.Concat(ranges.Pods, ranges.Services) {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				guard.Deny = append(guard.Deny, p)
+			}
+		}
+		// The API server's own addresses are often the nodes' (a forge may run on a node): only
+		// its ports are refused.
+		for _, c := range ranges.APIServer {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				for _, port := range []uint16{443, 6443} {
+					guard.DenyAddrPorts = append(guard.DenyAddrPorts, netip.AddrPortFrom(p.Addr(), port))
+				}
+			}
+		}
 	}
 	ctx := ctrl.SetupSignalHandler()
 	if _, err := controller.Setup(ctx, mgr, controller.Config{
@@ -368,6 +402,7 @@ func run(o options) error {
 			ManagerNamespace: os.Getenv("POD_NAMESPACE"), ManagerPodLabels: podLabels, RunnerPort: bindPort(o.runnerAddr),
 			EgressProxyURL: o.egressProxyURL, EgressProxyPodLabels: egressLabels, EgressProxyPort: int32(o.egressPort),
 			DNSNamespace: o.dnsNamespace, DNSPodLabels: dnsLabels, ClusterCIDRs: clusterCIDRs, DeniedCIDRs: splitComma(o.deniedCIDRs),
+			Outbound: guard,
 		},
 		RunnerBindAddress:  o.runnerAddr,
 		RunnerTLSNames:     tlsNames,

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"net/http"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/metrics"
+	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
@@ -91,6 +93,9 @@ type Options struct {
 	// egress CIDR that contains one excepts it.
 	ClusterCIDRs []string
 	DeniedCIDRs  []string
+	// Outbound guards the manager's own calls to addresses Projects name (forge and tracker
+	// APIs, notifications, the repository behind the git proxy); nil calls anything (tests).
+	Outbound *netguard.Guard
 	// AccessCheckInterval is how often a Project's repository access is re-checked.
 	AccessCheckInterval time.Duration
 	// SessionCountDelay is how long the Project controller lets session phase changes gather
@@ -103,4 +108,39 @@ func (d *Deps) now() time.Time {
 		return d.Now()
 	}
 	return time.Now()
+}
+
+// The guarded transports, one per process and guard (connections are pooled in them).
+var (
+	outboundMu         sync.Mutex
+	outboundTransports = map[*netguard.Guard]*http.Transport{}
+)
+
+// outbound is the transport of the manager's calls to addresses a Project names: through
+// Options.Outbound, or nil (the adapters' default) without one.
+func (d *Deps) outbound() http.RoundTripper {
+	if d.Options.Outbound == nil {
+		return nil
+	}
+	outboundMu.Lock()
+	defer outboundMu.Unlock()
+	t, ok := outboundTransports[d.Options.Outbound]
+	if !ok {
+		t = d.Options.Outbound.Transport()
+		outboundTransports[d.Options.Outbound] = t
+	}
+	return t
+}
+
+// gitTransport is the git proxy's transport to the forge through Options.Outbound (nil: the
+// proxy's default). Clones and fetches of large repositories wait long for the first byte.
+func (o Options) gitTransport() http.RoundTripper {
+	if o.Outbound == nil {
+		return nil
+	}
+	t := o.Outbound.Transport()
+	t.Proxy = nil
+	t.ResponseHeaderTimeout = 5 * time.Minute
+	t.MaxIdleConnsPerHost = 16
+	return t
 }

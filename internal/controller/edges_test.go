@@ -94,3 +94,17 @@ var _ = Describe("Template bombs", func() {
 		}
 	})
 })
+
+var _ = Describe("Outbound calls to addresses a Project names", func() {
+	It("refuse cloud metadata before a packet is sent", func() {
+		w := newWorld()
+		By("a forge API aimed at cloud metadata")
+		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.SCM.APIURL = "http://169.254.169.254/latest/meta-data"
+		}).Obj())
+		Eventually(projectConditions(w.ns, "widgets")).WithTimeout(20 * time.Second).Should(ContainElement(
+			HaveField("Message", ContainSubstring("outbound address refused"))))
+		Expect(projectConditions(w.ns, "widgets")()).To(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse))
+
+	})
+})

@@ -254,6 +254,9 @@ func (d *Deps) senderFor(ctx context.Context, p *agentsv1alpha1.Project, route s
 		return nil, errors.New("no notification routes")
 	}
 	client := &http.Client{Timeout: 15 * time.Second}
+	if t := d.outbound(); t != nil {
+		client.Transport = t
+	}
 	for _, r := range p.Spec.Notifications.Routes {
 		if r.Name != route {
 			continue

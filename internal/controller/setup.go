@@ -140,12 +140,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 			return nil, fmt.Errorf("token review client: %w", err)
 		}
 		handler, err = runnerapi.NewHandler(runnerapi.HandlerOptions{
-			Backend:  &RunnerBackend{Deps: deps},
-			Reviewer: runnerapi.NewTokenReviewer(reviewClient),
-			Pods:     mgr.GetClient(),
-			LivePods: mgr.GetAPIReader(),
-			Identify: runnerapi.StandardIdentify(PodNames),
-			Log:      mgr.GetLogger().WithName("runnerapi"),
+			Backend:      &RunnerBackend{Deps: deps},
+			Reviewer:     runnerapi.NewTokenReviewer(reviewClient),
+			GitTransport: cfg.gitTransport(),
+			Pods:         mgr.GetClient(),
+			LivePods:     mgr.GetAPIReader(),
+			Identify:     runnerapi.StandardIdentify(PodNames),
+			Log:          mgr.GetLogger().WithName("runnerapi"),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("runner channel: %w", err)

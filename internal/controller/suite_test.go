@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -26,6 +27,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
+	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/test/fakegithub"
@@ -167,6 +169,10 @@ func (m *managerUnderTest) start() {
 			RunnerURL:           scheme + m.runnerAddr,
 			AccessCheckInterval: time.Minute,
 			ManagerNamespace:    m.tlsNamespace,
+			// As the manager runs: the fakes serve on loopback, which the suite's manager may call
+			// as --outbound-allow-cidrs=127.0.0.0/8 lets it; the rest of the guard holds.
+			Outbound: &netguard.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+				Deny: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}},
 		},
 		RunnerBindAddress:  m.runnerAddr,
 		RunnerTLSNames:     tlsNames,

@@ -53,6 +53,9 @@ type PermanentError struct {
 }
 
 func (e *PermanentError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("refused with HTTP %d", e.Status)
+	}
 	return fmt.Sprintf("refused with HTTP %d: %s", e.Status, e.Body)
 }
 
@@ -168,9 +171,26 @@ func classify(resp *http.Response, body string, now time.Time) error {
 	}
 	if resp.StatusCode >= 400 && resp.StatusCode < 500 &&
 		resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
-		return &PermanentError{Status: resp.StatusCode, Body: truncate(body, 256)}
+		return &PermanentError{Status: resp.StatusCode, Body: errorCode(body)}
 	}
-	return fmt.Errorf("HTTP %d: %s", resp.StatusCode, truncate(body, 256))
+	return fmt.Errorf("HTTP %d", resp.StatusCode)
+}
+
+// errorCode keeps of a refusal's body only an error code such as Slack's channel_is_archived:
+// a short word of lower-case letters, digits and underscores. Anything else is dropped, so that
+// a notification URL aimed at an internal service cannot read that service's answers back
+// through the Project's status.
+func errorCode(body string) string {
+	body = strings.TrimSpace(body)
+	if body == "" || len(body) > 64 {
+		return ""
+	}
+	for _, r := range body {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
+			return ""
+		}
+	}
+	return body
 }
 
 // parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 §10.2.3).
@@ -186,13 +206,6 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return max(t.Sub(now), 0), true
 	}
 	return 0, false
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // Select returns the routes that receive priority p, in spec order.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,6 +136,51 @@ func TestRetryAfterHTTPDate(t *testing.T) {
 	g.Expect(ok).To(BeFalse())
 }
 
+// A message that tries Slack's special mentions and a spoofed link, and a pull request URL that
+// tries to close the link early, reach Slack as plain text.
+func TestAttackSlackMentionsAndLinksAreEscaped(t *testing.T) {
+	g := NewWithT(t)
+	n := sample()
+	n.Message = "<!channel> please review <https://evil.example/login|github.com/acme/widgets> & <@U123>"
+	n.PullRequestURL = "https://github.com/acme/widgets/pull/7|click here>"
+	b, err := SlackPayload(n)
+	g.Expect(err).NotTo(HaveOccurred())
+	var m slackMessage
+	g.Expect(json.Unmarshal(b, &m)).To(Succeed())
+	for _, text := range []string{m.Text, m.Blocks[0].Text.Text, m.Blocks[1].Text.Text} {
+		g.Expect(text).NotTo(ContainSubstring("<!channel>"))
+		g.Expect(text).NotTo(ContainSubstring("<https://evil"))
+		g.Expect(text).NotTo(ContainSubstring("<@U123>"))
+	}
+	g.Expect(m.Blocks[1].Text.Text).To(HaveSuffix("<https://github.com/acme/widgets/pull/7%7Cclick here&gt;|Pull request>"))
+	n.PullRequestURL = "javascript:alert(1)"
+	b, _ = SlackPayload(n)
+	g.Expect(string(b)).NotTo(ContainSubstring("javascript:"))
+}
+
+// A refusal's body never reaches the error (and so the Project's status) unless it is an error
+// code: a notification URL aimed at an internal service reads nothing back.
+func TestAttackResponseBodiesAreNotKept(t *testing.T) {
+	g := NewWithT(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/code") {
+			w.WriteHeader(http.StatusGone)
+			_, _ = w.Write([]byte("channel_is_archived"))
+			return
+		}
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"AccessKeyId":"AKIA-internal","SecretAccessKey":"s3cr3t"}`))
+	}))
+	defer srv.Close()
+	for path, want := range map[string]string{"/leak": "refused with HTTP 403", "/code": "refused with HTTP 410: channel_is_archived"} {
+		s := &SlackSender{URL: srv.URL + path, Client: srv.Client()}
+		err := s.Send(context.Background(), sample())
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(err.Error()).To(Equal(want))
+		g.Expect(err.Error()).NotTo(ContainSubstring("s3cr3t"))
+	}
+}
+
 // fakeSlack follows Slack's documented incoming-webhook answers.
 func fakeSlack(t *testing.T, got *[]map[string]any, answer func(w http.ResponseWriter) bool) *httptest.Server {
 	t.Helper()
@@ -166,7 +212,8 @@ func TestSlack(t *testing.T) {
 	s := &SlackSender{URL: srv.URL + "/services/T000/B000/XXXXSECRET", Client: srv.Client()}
 	g.Expect(Deliver(context.Background(), s, sample(), DefaultPolicy, (&recordingSleep{}).sleep)).To(Succeed())
 	g.Expect(got).To(HaveLen(1))
-	g.Expect(got[0]["text"]).To(Equal("[warning] ci.failing team-a/widgets-42: test (ubuntu) failed <script>"))
+	// The fallback text is mrkdwn as well: escaped.
+	g.Expect(got[0]["text"]).To(Equal("[warning] ci.failing team-a/widgets-42: test (ubuntu) failed &lt;script&gt;"))
 	blocks, _ := json.Marshal(got[0]["blocks"])
 	// mrkdwn control characters are escaped; the PR link uses Slack's <url|text> form.
 	g.Expect(string(blocks)).To(ContainSubstring(`failed \u0026lt;script\u0026gt;`))

@@ -48,15 +48,26 @@ func slackEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
+// slackLink is u fit for <u|text>: an http(s) URL with Slack's control characters escaped and
+// the separator '|' percent-encoded; anything else is dropped.
+func slackLink(u string) string {
+	if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+		return ""
+	}
+	return strings.ReplaceAll(slackEscape(u), "|", "%7C")
+}
+
 // SlackPayload renders n as an incoming-webhook message.
 func SlackPayload(n Notification) ([]byte, error) {
 	title := fmt.Sprintf("%s *%s* %s/%s", priorityEmoji[n.Priority], slackEscape(n.Type), slackEscape(n.Namespace), slackEscape(n.Session))
 	text := slackEscape(n.Message)
-	if n.PullRequestURL != "" {
-		text += fmt.Sprintf("\n<%s|Pull request>", n.PullRequestURL)
+	if u := slackLink(n.PullRequestURL); u != "" {
+		text += fmt.Sprintf("\n<%s|Pull request>", u)
 	}
+	// The fallback text (notifications, screen readers) is mrkdwn too: a message carrying
+	// <!channel> or <https://evil|a trusted name> must not ping or spoof.
 	return json.Marshal(slackMessage{
-		Text: fmt.Sprintf("[%s] %s %s/%s: %s", n.Priority, n.Type, n.Namespace, n.Session, n.Message),
+		Text: slackEscape(fmt.Sprintf("[%s] %s %s/%s: %s", n.Priority, n.Type, n.Namespace, n.Session, n.Message)),
 		Blocks: []slackBlock{
 			{Type: "section", Text: &slackText{Type: "mrkdwn", Text: title}},
 			{Type: "section", Text: &slackText{Type: "mrkdwn", Text: text}},

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/shepherd-dev/shepherd/internal/netguard"
 )
 
 // Sentinel errors name what went wrong independently of the forge. Adapters return errors that
@@ -90,6 +92,11 @@ func (e *APIError) Error() string {
 	}
 	if e.Message != "" {
 		msg += ": " + e.Message
+	}
+	// A refused outbound address is a configuration to fix, not an outage: say which.
+	var denied *netguard.DeniedError
+	if errors.As(e.Err, &denied) {
+		msg += ": " + denied.Error()
 	}
 	return msg
 }
