@@ -96,6 +96,12 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 lint-fix: $(GOLANGCI_LINT) ## Run golangci-lint and apply its fixes.
 	$(GOLANGCI_LINT) run --fix ./...
 
+.PHONY: fuzz
+fuzz: ## Run every native fuzz test for FUZZTIME each (default 10s; CI runs 5s).
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
+FUZZTIME ?= 10s
+
 .PHONY: verify
 verify: codegen fmt vet tidy ## Fail when generate/manifests/fmt/vet/tidy leave a diff.
 	@if [ -n "$$(git status --porcelain -- . ':!bin')" ]; then \

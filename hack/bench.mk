@@ -32,3 +32,7 @@ FANOUT_FLAGS ?= --sessions=1000,5000 --qps=1000 --burst=2000
 .PHONY: bench-fanout
 bench-fanout: ## N AgentSessions at once on KWOK nodes (runners simulated) against N bare pods, same client settings (brings the cluster up with KWOK nodes, leaves it up).
 	go run ./hack/bench/fanout $(FANOUT_FLAGS)
+
+.PHONY: bench-webhooks
+bench-webhooks: ## The webhook receiver on loopback: signed deliveries per second and peak heap, alone and under an unauthenticated flood (ratios in the same run).
+	go run ./hack/bench/webhooks $(BENCH_WEBHOOKS_FLAGS)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -132,4 +133,35 @@ func TestAttackPullRequestFloodIsRateLimited(t *testing.T) {
 	if n := len(e.Backend.PullRequests(e.Session)); n != runnerapi.LimitPullRequest.Burst {
 		t.Errorf("the backend saw %d calls, want %d", n, runnerapi.LimitPullRequest.Burst)
 	}
+}
+
+// FuzzChannelRequests: any body the runner (or an agent holding its pod) posts to the channel's
+// endpoints is answered with a client error or accepted, never a panic or a server error.
+func FuzzChannelRequests(f *testing.F) {
+	e, err := runnerapitest.Start(types.NamespacedName{Namespace: "team", Name: "s"}, f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(e.Close)
+	e.Backend.SetTask(e.Session, runnerapi.Task{Prompt: "p", Branch: "shepherd/s", BaseBranch: "main"})
+	token, err := os.ReadFile(e.TokenFile)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint8(0), []byte(`{"sequence":1,"activity":{"state":"Active"},"agent":{"model":"m"}}`))
+	f.Add(uint8(0), []byte(`{"sequence":18446744073709551615,"usage":{"costUSD":"1e308","inputTokens":-1}}`))
+	f.Add(uint8(1), []byte(`{"branch":"shepherd/s","base":"main","head":"`+strings.Repeat("a", 40)+`","title":"t","body":"b"}`))
+	f.Add(uint8(1), []byte(`{"branch":"main","base":"main","head":"x","title":""}`))
+	f.Add(uint8(2), []byte(`{}`))
+	paths := []string{runnerapi.PathReports, runnerapi.PathPullRequest, runnerapi.PathMessages + "/m1/ack"}
+	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+		req := httptest.NewRequest(http.MethodPost, paths[int(which)%len(paths)], bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+string(token))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		e.Handler.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%s: status %d: %s", req.URL.Path, rec.Code, rec.Body.String())
+		}
+	})
 }

@@ -26,8 +26,9 @@ func (r Repo) Equal(o Repo) bool {
 	return strings.EqualFold(r.Owner, o.Owner) && strings.EqualFold(r.Name, o.Name)
 }
 
-// Key is the repository's case-folded "owner/name", for maps and indexes (see Equal).
-func (r Repo) Key() string { return strings.ToLower(r.String()) }
+// Key is the repository's case-folded "owner/name", for maps and indexes (see Equal): upper
+// then lower case, so that letters whose upper case is shared (ſ and s, K and k) fold alike.
+func (r Repo) Key() string { return strings.ToLower(strings.ToUpper(r.String())) }
 
 // ParseRepo parses "owner/name".
 func ParseRepo(s string) (Repo, error) {

@@ -90,13 +90,14 @@ func TestAttackHugeUnauthenticatedBody(t *testing.T) {
 	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("pull_request", "too_large"))).To(Equal(2.0))
 }
 
-// 64 slow senders at once: at most MaxInFlight bodies are read at a time, each for BodyTimeout at
-// most; the rest wait AdmitWait and are turned away. Every one of them is answered, and a real
-// delivery gets through once they are gone.
+// 64 slow senders at once, each declaring a body at the cap: at most MaxInFlight of them are read
+// at a time (the budget is MaxInFlight × MaxBody bytes), each for BodyTimeout at most; the rest
+// wait AdmitWait and are turned away. Every one of them is answered, and a real delivery gets
+// through once they are gone.
 func TestAttackSlowBodies(t *testing.T) {
 	g := NewWithT(t)
 	h, s, m := newHandler(t, func(o *Options) {
-		o.MaxInFlight, o.BodyTimeout, o.AdmitWait = 4, 300*time.Millisecond, 200*time.Millisecond
+		o.MaxInFlight, o.MaxBody, o.BodyTimeout, o.AdmitWait = 4, 4096, 300*time.Millisecond, 200*time.Millisecond
 	})
 	var peak atomic.Int64
 	stop := make(chan struct{})
@@ -107,7 +108,7 @@ func TestAttackSlowBodies(t *testing.T) {
 				return
 			default:
 			}
-			if n := int64(len(h.sem)); n > peak.Load() {
+			if n := h.Reserved(); n > peak.Load() {
 				peak.Store(n)
 			}
 			time.Sleep(time.Millisecond)
@@ -148,7 +149,7 @@ func TestAttackSlowBodies(t *testing.T) {
 	}
 	g.Expect(got[http.StatusRequestTimeout]+got[http.StatusServiceUnavailable]).To(Equal(senders), "every slow sender is answered: %v", got)
 	g.Expect(got[http.StatusRequestTimeout]).To(BeNumerically(">=", 4))
-	g.Expect(peak.Load()).To(BeNumerically("<=", 4), "never more bodies read at once than MaxInFlight")
+	g.Expect(peak.Load()).To(BeNumerically("<=", 4*4096), "never more bytes read at once than the budget")
 	g.Expect(testutil.ToFloat64(m.WebhookDeliveries.WithLabelValues("push", "busy"))).To(BeNumerically(">", 0))
 
 	body := fakegithub.Fixture("webhooks/push.json")
@@ -223,4 +224,27 @@ func TestWrongContentTypeAndPaths(t *testing.T) {
 		g.Expect(rec.Code).To(Equal(http.StatusNotFound), path)
 		g.Expect(b.read.Load()).To(BeZero(), path)
 	}
+}
+
+// Slow senders that declare small bodies hold only what they declared: a real delivery is read
+// while 64 of them hold their connections.
+func TestSlowSmallSendersDoNotBlockRealDeliveries(t *testing.T) {
+	g := NewWithT(t)
+	h, s, _ := newHandler(t, func(o *Options) { o.BodyTimeout, o.AdmitWait = 2*time.Second, 200*time.Millisecond })
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	var conns []net.Conn
+	for i := range 64 {
+		conn, err := net.DialTimeout("tcp", srv.Listener.Addr().String(), time.Second)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer conn.Close()
+		_, _ = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: push\r\n"+
+			"X-GitHub-Delivery: slow-%d\r\nX-Hub-Signature-256: sha256=%s\r\nContent-Length: 4096\r\n\r\n{", ProjectPath(project), i, strings.Repeat("0", 64))
+		conns = append(conns, conn)
+	}
+	g.Eventually(h.Reserved).Should(BeNumerically(">=", 64*4096), "the slow senders are being read")
+	body := fakegithub.Fixture("webhooks/push.json")
+	g.Expect(deliver(h, "push", "real", body, Sign(secret, body)).Code).To(Equal(http.StatusAccepted))
+	g.Expect(s.hints).To(HaveLen(1))
+	g.Expect(conns).To(HaveLen(64))
 }

@@ -16,8 +16,9 @@
 //     answered 200 from their header alone, before any lookup;
 //   - a wrong content type is answered 415, a missing signature 401, a declared length above the
 //     cap 413, all without reading the body;
-//   - the body is read under a cap (MaxBody), a deadline (BodyTimeout) and a limit of deliveries
-//     read at once (MaxInFlight), and hashed as it streams in;
+//   - the body is read under a cap (MaxBody), a deadline (BodyTimeout) and a budget of bytes read
+//     at once (MaxInFlight × MaxBody, each delivery reserving its declared length), and hashed as
+//     it streams in;
 //   - nothing in a body is parsed before its signature verifies.
 package webhook
 
@@ -35,10 +36,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/semaphore"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -53,8 +56,11 @@ const (
 	// sample while bounding what MaxInFlight deliveries can hold to 16 MiB. A larger delivery is
 	// answered 413 and counted (too_large); polling still sees its change.
 	DefaultMaxBody = 1 << 20
-	// DefaultMaxInFlight bounds the deliveries whose bodies are read at once; others wait up to
-	// DefaultAdmitWait for a slot, then get 503 (forges show the failure and let a human redeliver).
+	// DefaultMaxInFlight sizes the memory the bodies being read may hold together:
+	// DefaultMaxInFlight × MaxBody (16 MiB). Each delivery reserves its declared length (MaxBody
+	// when it declares none) before its body is read, so 16 bodies at the cap, or hundreds of real
+	// 10 KiB deliveries, are read at once; a slow sender holds only what it declared. Others wait
+	// up to DefaultAdmitWait, then get 503 (forges show the failure and let a human redeliver).
 	DefaultMaxInFlight = 16
 	// DefaultAdmitWait is how long a delivery waits for a slot.
 	DefaultAdmitWait = 5 * time.Second
@@ -87,7 +93,7 @@ type Options struct {
 	OnHint func(scm.Hint)
 	// MaxBody bounds a delivery's size (default DefaultMaxBody); larger ones get 413.
 	MaxBody int64
-	// MaxInFlight bounds the bodies read at once (default DefaultMaxInFlight).
+	// MaxInFlight × MaxBody bounds the bytes of bodies read at once (default DefaultMaxInFlight).
 	MaxInFlight int
 	// AdmitWait is how long a delivery waits for a slot (default DefaultAdmitWait).
 	AdmitWait time.Duration
@@ -103,8 +109,13 @@ type Options struct {
 type Handler struct {
 	opts Options
 	seen *lru.Cache[string, struct{}]
-	sem  chan struct{}
+	// budget is the bytes of bodies that may be read at once; reserved counts what is taken.
+	budget   *semaphore.Weighted
+	reserved atomic.Int64
 }
+
+// minReserve is what a delivery reserves at least: its buffers beyond the body.
+const minReserve = 4 << 10
 
 // NewHandler returns a Handler. Lookup and OnHint are required.
 func NewHandler(opts Options) (*Handler, error) {
@@ -130,7 +141,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{opts: opts, seen: seen, sem: make(chan struct{}, opts.MaxInFlight)}, nil
+	return &Handler{opts: opts, seen: seen, budget: semaphore.NewWeighted(int64(opts.MaxInFlight) * opts.MaxBody)}, nil
 }
 
 // Outcomes, the values of the deliveries metric's outcome label.
@@ -237,14 +248,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusNotFound, fmt.Sprintf("no Project %s receives webhooks (it needs spec.scm.webhookSecretRef)", key))
 		return
 	}
-	if !h.admit(r.Context()) {
+	reserve := r.ContentLength
+	if reserve < 0 {
+		reserve = h.opts.MaxBody
+	}
+	reserve = max(reserve, minReserve)
+	if !h.admit(r.Context(), reserve) {
 		h.count(event, outcomeBusy)
 		w.Header().Set("Retry-After", "5")
 		refuse(w, http.StatusServiceUnavailable, "too many deliveries at once; redeliver later")
 		return
 	}
 	body, mac, err := h.read(w, r, target.Secret)
-	<-h.sem
+	h.reserved.Add(-reserve)
+	h.budget.Release(reserve)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
@@ -298,24 +315,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reply(w, http.StatusAccepted, "accepted")
 }
 
-// admit takes a slot for reading a body, waiting up to AdmitWait.
-func (h *Handler) admit(ctx context.Context) bool {
-	select {
-	case h.sem <- struct{}{}:
-		return true
-	default:
+// admit reserves n bytes of the budget for reading a body, waiting up to AdmitWait.
+func (h *Handler) admit(ctx context.Context, n int64) bool {
+	if !h.budget.TryAcquire(n) {
+		actx, cancel := context.WithTimeout(ctx, h.opts.AdmitWait)
+		defer cancel()
+		if h.budget.Acquire(actx, n) != nil {
+			return false
+		}
 	}
-	t := time.NewTimer(h.opts.AdmitWait)
-	defer t.Stop()
-	select {
-	case h.sem <- struct{}{}:
-		return true
-	case <-t.C:
-		return false
-	case <-ctx.Done():
-		return false
-	}
+	h.reserved.Add(n)
+	return true
 }
+
+// Reserved is the bytes of bodies being read now (tests and benchmarks watch its peak).
+func (h *Handler) Reserved() int64 { return h.reserved.Load() }
 
 // read reads the body under the cap and the deadline, hashing it as it streams in.
 func (h *Handler) read(w http.ResponseWriter, r *http.Request, secret []byte) ([]byte, hash.Hash, error) {
