@@ -84,11 +84,14 @@ const (
 
 // Worktree reasons.
 const (
-	ReasonCheckoutPending    = "CheckoutPending"
-	ReasonCheckoutFailed     = "CheckoutFailed"
-	ReasonCheckoutMissing    = "CheckoutMissing"
-	ReasonCheckoutRemoving   = "CheckoutRemoving"
-	ReasonCheckoutRemoved    = "CheckoutRemoved"
+	ReasonCheckoutPending  = "CheckoutPending"
+	ReasonCheckoutFailed   = "CheckoutFailed"
+	ReasonCheckoutMissing  = "CheckoutMissing"
+	ReasonCheckoutRemoving = "CheckoutRemoving"
+	ReasonCheckoutRemoved  = "CheckoutRemoved"
+	// ReasonCheckoutAbandoned: a Worktree being deleted whose Project or volume is gone or going
+	// is released without its remove pod (nothing can reach the checkout any more).
+	ReasonCheckoutAbandoned  = "CheckoutAbandoned"
 	ReasonSetupPending       = "SetupPending"
 	ReasonSetupRunning       = "SetupRunning"
 	ReasonSetupFailed        = "SetupFailed"

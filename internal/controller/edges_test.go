@@ -10,11 +10,14 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
+	. "github.com/shepherd-dev/shepherd/test/builders"
 )
 
 // post sends a delivery to the manager's receiver at path, signed with secret.
@@ -106,5 +109,29 @@ var _ = Describe("Outbound calls to addresses a Project names", func() {
 			HaveField("Message", ContainSubstring("outbound address refused"))))
 		Expect(projectConditions(w.ns, "widgets")()).To(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse))
 
+	})
+})
+
+var _ = Describe("A Worktree whose volume is gone", func() {
+	It("does not block its deletion (and so its namespace's) waiting for a remove pod that cannot run", func() {
+		w := newWorld()
+		create(w.project().Obj())
+		Eventually(projectConditions(w.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
+		create(MakeWorktree("orphan", w.ns, "widgets", "shepherd/orphan").Obj())
+		wt := &agentsv1alpha1.Worktree{}
+		Eventually(func() []string {
+			_ = k8sClient.Get(ctx, types.NamespacedName{Namespace: w.ns, Name: "orphan"}, wt)
+			return wt.Finalizers
+		}).Should(ContainElement(agentsv1alpha1.WorktreeFinalizer))
+
+		By("the Project's workspace volume goes (a namespace being deleted takes every claim)")
+		Expect(k8sClient.Delete(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "widgets-workspace"}})).To(Succeed())
+		Expect(k8sClient.Delete(ctx, wt)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, types.NamespacedName{Namespace: w.ns, Name: "orphan"}, &agentsv1alpha1.Worktree{}))
+		}).WithTimeout(20*time.Second).Should(BeTrue(), "the Worktree was released without its remove pod")
+		var events corev1.EventList
+		Expect(k8sClient.List(ctx, &events, client.InNamespace(w.ns))).To(Succeed())
+		Expect(events.Items).To(ContainElement(HaveField("Reason", agentsv1alpha1.ReasonCheckoutAbandoned)))
 	})
 })

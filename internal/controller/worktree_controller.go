@@ -346,6 +346,20 @@ func (r *WorktreeReconciler) reconcileDelete(ctx context.Context, s *worktreeSco
 		return nil
 	}
 	s.removalGuard(true)
+	why, err := r.abandoned(ctx, s)
+	if err != nil {
+		return err
+	}
+	if why != "" && (s.blocked != "" || s.mode != agentsv1alpha1.WorkspaceClone) {
+		// Nothing can remove or save the checkout now (a guard would wait for commits that go
+		// with the volume; a remove pod could not mount it): waiting would block the namespace's
+		// deletion forever (docs/worktree.md, deletion).
+		if r.Recorder != nil {
+			r.Recorder.Eventf(s.wt, nil, corev1.EventTypeWarning, agentsv1alpha1.ReasonCheckoutAbandoned, "Delete",
+				"the checkout cannot be removed: %s; the Worktree is released, and what the checkout held goes with its volume", why)
+		}
+		return r.releaseFinalizer(ctx, s)
+	}
 	if s.blocked != "" {
 		return Stalling(s.blockedReason, "deletion waits: %s", s.blocked)
 	}
@@ -355,12 +369,42 @@ func (r *WorktreeReconciler) reconcileDelete(ctx context.Context, s *worktreeSco
 			return err
 		}
 	}
+	return r.releaseFinalizer(ctx, s)
+}
+
+func (r *WorktreeReconciler) releaseFinalizer(ctx context.Context, s *worktreeScope) error {
 	patch := client.MergeFrom(s.wt.DeepCopy())
 	controllerutil.RemoveFinalizer(s.wt, agentsv1alpha1.WorktreeFinalizer)
 	if err := r.Client.Patch(ctx, s.wt, patch); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
 	}
 	return nil
+}
+
+// abandoned says why a Worktree being deleted can no longer have its checkout removed (or
+// saved) through a pod: its Project is gone or being deleted (its volume goes with it), or the
+// checkout's volume claim is gone or being deleted. Empty when the removal can go on.
+func (r *WorktreeReconciler) abandoned(ctx context.Context, s *worktreeScope) (string, error) {
+	switch {
+	case s.project == nil:
+		return "its Project is gone", nil
+	case !s.project.DeletionTimestamp.IsZero():
+		return "its Project is being deleted", nil
+	case s.vol.ClaimName == "":
+		return "", nil
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.wt.Namespace, Name: s.vol.ClaimName}, pvc)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("its volume claim %s is gone", s.vol.ClaimName), nil
+	case err != nil:
+		return "", fmt.Errorf("get checkout volume: %w", err)
+	case !pvc.DeletionTimestamp.IsZero() && s.mode != agentsv1alpha1.WorkspaceClone:
+		// In clone mode the claim is the Worktree's own, and its deletion is the removal itself.
+		return fmt.Sprintf("its volume claim %s is being deleted", s.vol.ClaimName), nil
+	}
+	return "", nil
 }
 
 // removeCheckout deletes the clone's volume, or runs the runner's remove in worktree mode (so the
