@@ -33,7 +33,7 @@ func (d *Deps) connectForge(ctx context.Context, p *agentsv1alpha1.Project) (*fo
 		Provider:  string(p.Spec.SCM.Provider),
 		APIURL:    string(p.Spec.SCM.APIURL),
 		UserAgent: "shepherd",
-		Transport: d.outbound(),
+		Transport: d.Outbound,
 	}
 	if err := d.readCredentials(ctx, p, &cfg.Token, &cfg.App); err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func (d *Deps) connectTracker(ctx context.Context, p *agentsv1alpha1.Project, f 
 	if t == nil {
 		return nil, nil
 	}
-	cfg := tracker.Config{Provider: string(t.Provider), Metrics: d.SCMMetrics, Transport: d.outbound()}
+	cfg := tracker.Config{Provider: string(t.Provider), Metrics: d.SCMMetrics, Transport: d.Outbound}
 	switch t.Provider {
 	case agentsv1alpha1.TrackerLinear:
 		key, err := d.Secrets.Key(ctx, p.Namespace, t.Linear.APIKeySecretRef, "spec.tracker.linear.apiKeySecretRef")

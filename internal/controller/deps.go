@@ -46,6 +46,10 @@ type Deps struct {
 	// RunnerCA is the runner channel's CA certificate, published in the Projects' namespaces;
 	// nil when the channel is plain HTTP (tests, a manager outside the cluster).
 	RunnerCA *runnerCA
+	// Outbound is the transport of the manager's calls to addresses a Project names, through
+	// Options.Outbound (Setup makes it once, so its connections are pooled); nil: the adapters'
+	// default.
+	Outbound http.RoundTripper
 
 	trackerMu sync.Mutex
 	// trackers keeps one tracker per Project, so that its HTTP client (ETag cache, rate-limit
@@ -108,39 +112,4 @@ func (d *Deps) now() time.Time {
 		return d.Now()
 	}
 	return time.Now()
-}
-
-// The guarded transports, one per process and guard (connections are pooled in them).
-var (
-	outboundMu         sync.Mutex
-	outboundTransports = map[*netguard.Guard]*http.Transport{}
-)
-
-// outbound is the transport of the manager's calls to addresses a Project names: through
-// Options.Outbound, or nil (the adapters' default) without one.
-func (d *Deps) outbound() http.RoundTripper {
-	if d.Options.Outbound == nil {
-		return nil
-	}
-	outboundMu.Lock()
-	defer outboundMu.Unlock()
-	t, ok := outboundTransports[d.Options.Outbound]
-	if !ok {
-		t = d.Options.Outbound.Transport()
-		outboundTransports[d.Options.Outbound] = t
-	}
-	return t
-}
-
-// gitTransport is the git proxy's transport to the forge through Options.Outbound (nil: the
-// proxy's default). Clones and fetches of large repositories wait long for the first byte.
-func (o Options) gitTransport() http.RoundTripper {
-	if o.Outbound == nil {
-		return nil
-	}
-	t := o.Outbound.Transport()
-	t.Proxy = nil
-	t.ResponseHeaderTimeout = 5 * time.Minute
-	t.MaxIdleConnsPerHost = 16
-	return t
 }

@@ -254,8 +254,8 @@ func (d *Deps) senderFor(ctx context.Context, p *agentsv1alpha1.Project, route s
 		return nil, errors.New("no notification routes")
 	}
 	client := &http.Client{Timeout: 15 * time.Second}
-	if t := d.outbound(); t != nil {
-		client.Transport = t
+	if d.Outbound != nil {
+		client.Transport = d.Outbound
 	}
 	for _, r := range p.Spec.Notifications.Routes {
 		if r.Name != route {

@@ -21,6 +21,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/gitproxy"
 	"github.com/shepherd-dev/shepherd/internal/metrics"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
@@ -108,6 +109,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		Metrics:    m,
 		SCMMetrics: scmMetrics,
 	}
+	var gitTransport http.RoundTripper // nil: the git proxy's default
+	if g := cfg.Outbound; g != nil {
+		deps.Outbound = g.Transport()
+		gitTransport = gitproxy.NewTransport(g.DialContext)
+	}
 	policy := notify.DefaultPolicy
 	if cfg.NotifyPolicy != nil {
 		policy = *cfg.NotifyPolicy
@@ -142,7 +148,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		handler, err = runnerapi.NewHandler(runnerapi.HandlerOptions{
 			Backend:      &RunnerBackend{Deps: deps},
 			Reviewer:     runnerapi.NewTokenReviewer(reviewClient),
-			GitTransport: cfg.gitTransport(),
+			GitTransport: gitTransport,
 			Pods:         mgr.GetClient(),
 			LivePods:     mgr.GetAPIReader(),
 			Identify:     runnerapi.StandardIdentify(PodNames),

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -252,10 +253,18 @@ func (p *Proxy) transport() http.RoundTripper {
 	return defaultTransport
 }
 
-var defaultTransport = func() http.RoundTripper {
+var defaultTransport = NewTransport(nil)
+
+// NewTransport is the proxy's transport to the forge, dialling through dial (nil: a plain
+// dialer): no proxy from the environment, and long enough a wait for the first byte of a clone
+// or fetch of a large repository.
+func NewTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.ResponseHeaderTimeout = 5 * time.Minute
 	tr.MaxIdleConnsPerHost = 16
+	if dial != nil {
+		tr.DialContext = dial
+	}
 	return tr
-}()
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"text/template"
 	"unicode/utf8"
 
@@ -128,34 +127,11 @@ func parseTemplate(t agentsv1alpha1.ReactionTrigger, text string) (*template.Tem
 	return tpl, nil
 }
 
-// checked remembers the verdict on each template text, so that a Project's templates are
-// checked once per text and not on every reconcile of every session (the cache is emptied when
-// it holds maxChecked texts).
-var checked = struct {
-	sync.Mutex
-	m map[string]error
-}{m: map[string]error{}}
-
-const maxChecked = 1024
-
 // checkTemplate parses text and renders it on sample data, so that a template naming a field
-// that does not exist fails when the Project is read, not when CI fails at night.
+// that does not exist fails when the Project is read, not when CI fails at night. Once per text:
+// the sessions resolve their Project's reactions on every reconcile.
 func checkTemplate(t agentsv1alpha1.ReactionTrigger, text string) error {
-	key := string(t) + "\x00" + text
-	checked.Lock()
-	err, ok := checked.m[key]
-	checked.Unlock()
-	if ok {
-		return err
-	}
-	err = checkTemplateOnce(t, text)
-	checked.Lock()
-	if len(checked.m) >= maxChecked {
-		checked.m = map[string]error{}
-	}
-	checked.m[key] = err
-	checked.Unlock()
-	return err
+	return safetemplate.Checked("reaction\x00"+string(t)+"\x00"+text, func() error { return checkTemplateOnce(t, text) })
 }
 
 func checkTemplateOnce(t agentsv1alpha1.ReactionTrigger, text string) error {

@@ -75,12 +75,12 @@ type Authenticator struct {
 	// gets ErrReviewBusy (503, retry).
 	Limiter *rate.Limiter
 
-	mu       sync.Mutex
-	cache    map[[32]byte]cached
-	refused  map[[32]byte]time.Time
-	reviews  int64
-	prechkd  int64
-	negative int64
+	mu         sync.Mutex
+	cache      map[[32]byte]cached
+	refused    map[[32]byte]time.Time
+	reviews    int64
+	prechecked int64
+	negative   int64
 }
 
 // ErrReviewBusy: the token could not be reviewed now (the review rate is spent); retry.
@@ -96,7 +96,7 @@ type AuthStats struct {
 func (a *Authenticator) Stats() AuthStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return AuthStats{Reviews: a.reviews, Prechecked: a.prechkd, NegativeHits: a.negative}
+	return AuthStats{Reviews: a.reviews, Prechecked: a.prechecked, NegativeHits: a.negative}
 }
 
 // MaxTokenBytes bounds a bearer token: a projected service account token is about 1 KiB.
@@ -118,7 +118,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (Identit
 	exp, err := precheck(token, a.Audience, now)
 	if err != nil {
 		a.mu.Lock()
-		a.prechkd++
+		a.prechecked++
 		a.mu.Unlock()
 		return Identity{}, err
 	}

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"text/template"
 	"text/template/parse"
 	"time"
@@ -146,7 +147,9 @@ func (c *checker) node(n parse.Node, sc scope, ranges int) {
 		for over != nil && over.Kind() == reflect.Pointer {
 			over = over.Elem()
 		}
-		if !rangesOverData(n.Pipe) || over == nil {
+		if over == nil {
+			// A literal, a function's result, a parenthesised pipeline, or a name the checker
+			// cannot follow through the data's type.
 			c.fail("{{range %s}}: range over the data's own lists only (for example {{range .Checks}})", n.Pipe)
 			return
 		}
@@ -257,23 +260,6 @@ func fieldType(t reflect.Type, names []string) reflect.Type {
 	return t
 }
 
-// rangesOverData reports whether a range's pipeline is one field, variable or chain of fields
-// of the data: the data's lists are bounded by whoever built the data.
-func rangesOverData(p *parse.PipeNode) bool {
-	if p == nil || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
-		return false
-	}
-	switch a := p.Cmds[0].Args[0].(type) {
-	case *parse.FieldNode, *parse.VariableNode, *parse.DotNode:
-		return true
-	case *parse.ChainNode:
-		_, isField := a.Node.(*parse.FieldNode)
-		_, isVar := a.Node.(*parse.VariableNode)
-		return isField || isVar
-	}
-	return false
-}
-
 // printf is fmt.Sprintf without unbounded widths and precisions.
 func printf(format string, args ...any) (string, error) {
 	if err := checkFormat(format); err != nil {
@@ -362,4 +348,33 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 		return n, ErrTooLong
 	}
 	return b.Buffer.Write(p)
+}
+
+// verdicts remembers checks by template text (Checked): a Project's templates are checked when it
+// reconciles and the sessions resolve them on every reconcile, and a text's verdict does not
+// change. Emptied when it holds maxVerdicts texts.
+var verdicts = struct {
+	sync.Mutex
+	m map[string]error
+}{m: map[string]error{}}
+
+const maxVerdicts = 1024
+
+// Checked returns check's verdict on key (a template text and what it is for), running check
+// only for a key it has not seen.
+func Checked(key string, check func() error) error {
+	verdicts.Lock()
+	err, ok := verdicts.m[key]
+	verdicts.Unlock()
+	if ok {
+		return err
+	}
+	err = check()
+	verdicts.Lock()
+	defer verdicts.Unlock()
+	if len(verdicts.m) >= maxVerdicts {
+		verdicts.m = map[string]error{}
+	}
+	verdicts.m[key] = err
+	return err
 }

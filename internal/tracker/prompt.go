@@ -113,6 +113,10 @@ func clip(s string, n int) string {
 // parse and render an issue that has every field set (a field name that does not exist, a
 // function called wrongly, are caught here rather than when a session starts).
 func CheckPrompt(tmpl string) error {
+	return safetemplate.Checked("prompt\x00"+tmpl, func() error { return checkPrompt(tmpl) })
+}
+
+func checkPrompt(tmpl string) error {
 	_, err := RenderPrompt(tmpl, NewPromptData(&Issue{
 		ID: "42", Key: "42", Title: "A title", Body: "A body", URL: "https://example.com/issues/42",
 		Labels: []string{"bug"}, Comments: []Comment{{Author: "someone", Body: "A comment"}},

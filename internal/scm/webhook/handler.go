@@ -23,6 +23,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -340,26 +341,11 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, secret []byte) ([
 	if size < 0 || size > h.opts.MaxBody {
 		size = 0
 	}
-	buf := make([]byte, 0, size+1)
-	body, err := readAll(io.TeeReader(http.MaxBytesReader(w, r.Body, h.opts.MaxBody), mac), buf)
-	return body, mac, err
-}
-
-// readAll is io.ReadAll into buf (sized from Content-Length, so a honest body is one allocation).
-func readAll(r io.Reader, b []byte) ([]byte, error) {
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return b, nil
-			}
-			return b, err
-		}
-	}
+	// Sized from Content-Length (already bounded), so an honest body is one allocation.
+	var buf bytes.Buffer
+	buf.Grow(int(size) + bytes.MinRead)
+	_, err := buf.ReadFrom(io.TeeReader(http.MaxBytesReader(w, r.Body, h.opts.MaxBody), mac))
+	return buf.Bytes(), mac, err
 }
 
 // signatureOf returns the delivery's hex HMAC-SHA256: GitHub's X-Hub-Signature-256
