@@ -14,7 +14,19 @@ n=0
 while read -r dir name; do
   pkg="./${dir}"
   echo "=== ${pkg} ${name} (${fuzztime})"
-  go test "${pkg}" -run '^$' -fuzz "^${name}\$" -fuzztime "${fuzztime}" >/tmp/shepherd-fuzz.$$ 2>&1 || {
+  ok=1
+  go test "${pkg}" -run '^$' -fuzz "^${name}\$" -fuzztime "${fuzztime}" >/tmp/shepherd-fuzz.$$ 2>&1 || ok=0
+  # Go 1.26's fuzz coordinator can fail a duration-bounded run at its deadline with a bare
+  # "context deadline exceeded" and no input (go.dev/issue/75804, fixed in Go 1.27) when the
+  # workers are starved of CPU. That is not a finding: a real one writes "Failing input written
+  # to". Such a run is repeated once with a count budget, which has no deadline to race.
+  if [ "${ok}" = 0 ] && grep -q 'context deadline exceeded' /tmp/shepherd-fuzz.$$ \
+    && ! grep -qE 'Failing input written|panic:' /tmp/shepherd-fuzz.$$; then
+    echo "fuzz: ${name}: the coordinator's deadline race (go.dev/issue/75804); again with -fuzztime ${FUZZCOUNT:-20000x}"
+    ok=1
+    go test "${pkg}" -run '^$' -fuzz "^${name}\$" -fuzztime "${FUZZCOUNT:-20000x}" >/tmp/shepherd-fuzz.$$ 2>&1 || ok=0
+  fi
+  [ "${ok}" = 1 ] || {
     cat /tmp/shepherd-fuzz.$$; rm -f /tmp/shepherd-fuzz.$$
     echo "fuzz: ${pkg} ${name} failed (the input is under ${dir}/testdata/fuzz/${name}/)" >&2
     exit 1
