@@ -101,9 +101,6 @@ var steps = []step{
 		}
 		return s.rt.containers[0].started.Sub(s.rt.sandbox), true
 	}},
-	{"copy-runner running (Shepherd injects the runner)", func(s sample) (time.Duration, bool) {
-		return s.initRun(func(n string) bool { return n == shepherdCopyRunner })
-	}},
 	{"runner sidecar started → checkout started (the volume made ready, the startup probe)", func(s sample) (time.Duration, bool) {
 		for i := 0; i+1 < len(s.rt.containers); i++ {
 			if s.rt.containers[i].name == shepherdRunner {
@@ -113,7 +110,7 @@ var steps = []step{
 		return 0, false
 	}},
 	{"checkout running (Shepherd: runner prepare; by hand: git)", func(s sample) (time.Duration, bool) {
-		return s.initRun(func(n string) bool { return n != shepherdCopyRunner && n != shepherdRunner })
+		return s.initRun(func(n string) bool { return n != shepherdRunner })
 	}},
 	{"kubelet between containers (one ends → the next starts; the sidecar: the row above)", func(s sample) (time.Duration, bool) {
 		var d time.Duration

@@ -34,7 +34,6 @@ const (
 // Container names in the agent pods Shepherd makes (internal/controller/names.go); the
 // baselines' pods name their agent container the same.
 const (
-	shepherdCopyRunner = "copy-runner"
 	// shepherdRunner is the runner's sidecar: it runs the whole pod long, makes the volume ready
 	// before the checkout step (its startup probe), and prints the agent's output.
 	shepherdRunner  = "runner"
