@@ -88,6 +88,12 @@ const (
 	ReasonMergeRequested = "MergeRequested"
 	// ReasonMergeCompleted: the merge Shepherd requested went through.
 	ReasonMergeCompleted = "MergeCompleted"
+	// ReasonMergeFailed: the forge refused a merge Shepherd asked for (an event; the
+	// escalation that follows tells a human).
+	ReasonMergeFailed = "MergeFailed"
+	// ReasonMergeRetrying: the forge failed a merge for now (5xx, unreachable, a rate limit);
+	// Shepherd asks again with back-off.
+	ReasonMergeRetrying = "MergeRetrying"
 	// ReasonAgentFixing: the agent was sent the failure and is expected to push a fix.
 	ReasonAgentFixing = "AgentFixing"
 	// ReasonAwaitingHuman: the reaction for this trigger only notifies (or is None); a human acts.

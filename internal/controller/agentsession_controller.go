@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,12 +44,11 @@ type AgentSessionReconciler struct {
 	// Events receives reconcile requests from outside the cluster (runner reports, the forge).
 	Events chan event.GenericEvent
 
-	mergeMu sync.Mutex
-	// merged remembers merge calls made by this process, keyed by session and head SHA, so that
-	// a merge is called once per head per process. After a restart it may be called once more,
-	// which the forge makes harmless: the expected head guards it, and merging a merged pull
-	// request reports success.
-	merged map[string]error
+	// ActionHook, when set, is called around every action (tests stop the manager there).
+	ActionHook ActionHook
+
+	// merges is the merge runner's record per session, evidence for the next decision.
+	merges mergeRecords
 }
 
 // sessionScope is what one session reconcile observed and decided.
@@ -82,6 +80,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			r.Hub.Forget(req.NamespacedName)
 			r.Reports.Forget(req.NamespacedName)
+			r.merges.forget(req.NamespacedName)
 			if r.Deliveries != nil {
 				r.Deliveries.forget(req.NamespacedName)
 			}
@@ -117,7 +116,9 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.Hub.Forget(s.key)
 		}
 		r.observe(s, orig)
-		r.afterWrite(ctx, s, orig)
+		if !r.afterWrite(ctx, s, orig) {
+			return // stopped at an action point, as a crash would
+		}
 		if err := r.removePod(ctx, s); err != nil {
 			res, retErr = ctrl.Result{}, errors.Join(recErr, err)
 			return
@@ -126,7 +127,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if s.decision != nil && s.decision.RequeueAfter > 0 && (requeue == 0 || s.decision.RequeueAfter < requeue) {
 			requeue = s.decision.RequeueAfter
 		}
-		res, retErr = result(recErr, requeue)
+		res, retErr = finish(ctx, r.Recorder, sess, orig.Status.Conditions, sess.Status.Conditions, recErr, requeue)
 	}()
 
 	for _, step := range []func(context.Context, *sessionScope) error{
@@ -289,7 +290,7 @@ func (r *AgentSessionReconciler) resolveBranch(ctx context.Context, s *sessionSc
 		if tr == nil {
 			return Stalling(agentsv1alpha1.ReasonInvalidSpec, "spec.issue is set but Project %s has no tracker: set spec.tracker on the Project, or give the session a prompt", s.project.Name)
 		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
 		issue, err := tr.GetIssue(cctx, strings.TrimPrefix(spec.Issue, "#"))
 		cancel()
 		if errors.Is(err, tracker.ErrNotFound) {
@@ -416,6 +417,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 	}
 	rep, ok := r.Reports.Get(s.key)
 	in.Runner = runnerEvidence(rep, ok)
+	in.Merge = r.merges.get(s.key)
 	// A merged session is not followed any more (the lifecycle holds Merged on its own).
 	if s.forge != nil && s.branch != "" && s.sess.Status.Phase != agentsv1alpha1.PhaseMerged {
 		w := scm.Watch{Repo: s.forge.Repo, Head: scm.Head{Branch: s.branch}, MaxAge: pollInterval(s.project), WebhookMaxAge: webhookPollInterval(s.project)}

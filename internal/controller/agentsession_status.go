@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,12 +12,12 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/metrics"
 	"github.com/shepherd-dev/shepherd/internal/notify"
-	"github.com/shepherd-dev/shepherd/internal/scm"
 )
 
 // setStatus writes the decision and the controller's own bookkeeping onto the status.
 func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, err error) {
 	st := &s.sess.Status
+	observed := st.ObservedGeneration
 	if r.Deliveries != nil {
 		r.Deliveries.settle(s.key, st.Notifications, time.Now())
 	}
@@ -53,7 +51,9 @@ func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, e
 	}
 	if err != nil {
 		// A failure around the decision (a pod that could not be created, a missing Project)
-		// overrides the kstatus summary; the specific conditions keep what the engine said.
+		// overrides the kstatus summary; the specific conditions keep what the engine said. The
+		// generation was not fully acted on: observedGeneration stays where it was.
+		st.ObservedGeneration = observed
 		setKstatus(&st.Conditions, s.sess.Generation, err, false, "", "")
 		if st.Phase == "" {
 			st.Phase = agentsv1alpha1.PhaseQueued
@@ -116,15 +116,14 @@ func clip(s string, n int) string {
 	return s[:n]
 }
 
-// afterWrite runs once the status is written: events, then the actions (merge, delivery of
-// notifications, waking the runner for new messages).
-func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope, orig *agentsv1alpha1.AgentSession) {
-	log := ctrl.LoggerFrom(ctx)
-	if s.decision != nil {
-		if orig.Status.Phase != s.decision.Phase {
-			log.Info("Phase changed", "from", orig.Status.Phase, "to", s.decision.Phase, "reason", s.decision.Reason)
+// afterWrite runs once the status is written: the log line and events of the decision, then its
+// actions (actions.go). It returns false when the action hook stopped it.
+func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope, orig *agentsv1alpha1.AgentSession) bool {
+	if d := s.decision; d != nil {
+		if orig.Status.Phase != d.Phase {
+			ctrl.LoggerFrom(ctx).Info("Phase changed", "from", orig.Status.Phase, "to", d.Phase, "reason", d.Reason)
 		}
-		for _, e := range s.decision.Events {
+		for _, e := range d.Events {
 			kind := corev1.EventTypeNormal
 			if e.IsWarning() {
 				kind = corev1.EventTypeWarning
@@ -133,99 +132,8 @@ func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope
 				r.Recorder.Eventf(s.sess, nil, kind, e.Reason, string(e.Type), "%s", e.Message)
 			}
 		}
-		for _, a := range s.decision.Actions {
-			switch a.Type {
-			case lifecycle.ActionMerge:
-				r.merge(ctx, s, a)
-			case lifecycle.ActionSendToAgent:
-				if r.Wake != nil {
-					r.Wake(s.key)
-				}
-			}
-		}
-		r.resumeMerge(ctx, s)
 	}
-	r.dispatch(ctx, s)
-}
-
-// merge asks the forge to merge, guarded by the head commit the lifecycle approved.
-func (r *AgentSessionReconciler) merge(ctx context.Context, s *sessionScope, a lifecycle.Action) {
-	if s.forge == nil {
-		return
-	}
-	key := s.key.String() + "@" + a.ExpectedHeadSHA
-	r.mergeMu.Lock()
-	if r.merged == nil {
-		r.merged = map[string]error{}
-	}
-	if _, done := r.merged[key]; done {
-		r.mergeMu.Unlock()
-		return
-	}
-	r.merged[key] = nil
-	r.mergeMu.Unlock()
-
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	res, err := s.forge.Conn.Provider.MergePullRequest(cctx, s.forge.Repo, int(a.PullRequestNumber), scm.MergeOptions{
-		Method: scm.MergeMethod(a.MergeMethod), ExpectedHeadSHA: a.ExpectedHeadSHA,
-	})
-	cancel()
-	r.mergeMu.Lock()
-	r.merged[key] = err
-	r.mergeMu.Unlock()
-	log := ctrl.LoggerFrom(ctx).WithValues("pullRequest", a.PullRequestNumber, "head", a.ExpectedHeadSHA)
-	if err != nil {
-		log.Error(err, "Merge refused")
-		if r.Recorder != nil {
-			r.Recorder.Eventf(s.sess, nil, corev1.EventTypeWarning, "MergeFailed", "Merge",
-				"merge of #%d at %s refused: %v", a.PullRequestNumber, shortSHA(a.ExpectedHeadSHA), err)
-		}
-		if !errors.Is(err, scm.ErrHeadChanged) {
-			// The lifecycle will not try this head again: tell a human.
-			r.notifyNow(ctx, s, agentsv1alpha1.PendingNotification{
-				ID: fmt.Sprintf("merge-failed.%s", shortSHA(a.ExpectedHeadSHA)), Type: string(agentsv1alpha1.EventReactionEscalated),
-				Priority: agentsv1alpha1.PriorityUrgent, Reason: "MergeFailed",
-				Message: fmt.Sprintf("Shepherd could not merge #%d at %s: %v", a.PullRequestNumber, shortSHA(a.ExpectedHeadSHA), err),
-			})
-		}
-		return
-	}
-	log.Info("Merged pull request", "mergeCommit", res.SHA)
-	r.Hub.Notify(scm.Hint{Repo: s.forge.Repo, Event: "merge", Numbers: []int{int(a.PullRequestNumber)}})
-}
-
-// resumeMerge re-issues a merge the lifecycle decided in an earlier reconcile when this process
-// has not made it (a restart between the status write and the forge call).
-func (r *AgentSessionReconciler) resumeMerge(ctx context.Context, s *sessionScope) {
-	st := s.sess.Status
-	pr := st.PullRequest
-	if pr == nil || pr.State != agentsv1alpha1.PullRequestOpen || pr.HeadSHA == "" || st.Phase != agentsv1alpha1.PhaseMergeable {
-		return
-	}
-	react, ok := s.settings.Reactions[agentsv1alpha1.TriggerApprovedAndGreen]
-	if !ok || react.Action != agentsv1alpha1.ReactionMerge {
-		return
-	}
-	for _, rs := range st.Reactions {
-		if rs.Trigger == agentsv1alpha1.TriggerApprovedAndGreen && rs.LastAttemptKey == pr.HeadSHA {
-			method := react.MergeMethod
-			if method == "" {
-				method = lifecycle.DefaultMergeMethod
-			}
-			r.merge(ctx, s, lifecycle.Action{Type: lifecycle.ActionMerge, PullRequestNumber: pr.Number, ExpectedHeadSHA: pr.HeadSHA, MergeMethod: method})
-		}
-	}
-}
-
-// notifyNow sends a notification that is not part of a lifecycle decision, straight to the
-// dispatcher (at most once per process; it is not kept in status).
-func (r *AgentSessionReconciler) notifyNow(ctx context.Context, s *sessionScope, n agentsv1alpha1.PendingNotification) {
-	if s.project == nil || s.project.Spec.Notifications == nil || r.Notifier == nil {
-		return
-	}
-	for _, route := range notify.Select(s.project.Spec.Notifications.Routes, n.Priority) {
-		r.enqueue(ctx, s, n, route.Name)
-	}
+	return r.runActions(ctx, s)
 }
 
 // dispatch hands every undelivered (notification, route) to the dispatcher.

@@ -607,7 +607,7 @@ func (s *projectScope) recordRelabelFailure(id string, err error, retried bool) 
 // relabel removes, then adds labels (both idempotent): an issue is never seen by a query with
 // both the query labels and the claim.
 func relabel(ctx context.Context, tr tracker.Tracker, id string, add, remove []string) error {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
 	defer cancel()
 	if len(remove) > 0 {
 		if err := tr.RemoveLabels(cctx, id, remove...); err != nil {

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -94,9 +95,36 @@ var _ = Describe("Template bombs", func() {
 			Eventually(projectConditions(w.ns, "widgets")).WithTimeout(10 * time.Second).Should(ContainElement(And(
 				HaveField("Type", agentsv1alpha1.ConditionStalled), HaveField("Status", metav1.ConditionTrue),
 				HaveField("Reason", agentsv1alpha1.ReasonInvalidSpec), HaveField("Message", ContainSubstring(tc.want)))))
+			By("the stall is said once as a Warning event, not once per reconcile")
+			Eventually(warnings(w.ns, "widgets", agentsv1alpha1.ReasonInvalidSpec)).Should(Equal(1))
+			Consistently(warnings(w.ns, "widgets", agentsv1alpha1.ReasonInvalidSpec), "2s").Should(Equal(1))
 		}
 	})
 })
+
+// warnings counts how many times a Warning event with reason was said about the object named
+// name in ns.
+func warnings(ns, name, reason string) func() int {
+	return func() int {
+		var events corev1.EventList
+		Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		n := 0
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == reason && e.InvolvedObject.Name == name {
+				// A repeated event becomes a series on one object: count each time it was said.
+				switch {
+				case e.Series != nil:
+					n += int(e.Series.Count)
+				case e.Count > 1:
+					n += int(e.Count)
+				default:
+					n++
+				}
+			}
+		}
+		return n
+	}
+}
 
 var _ = Describe("Outbound calls to addresses a Project names", func() {
 	It("refuse cloud metadata before a packet is sent", func() {
@@ -133,5 +161,31 @@ var _ = Describe("A Worktree whose volume is gone", func() {
 		var events corev1.EventList
 		Expect(k8sClient.List(ctx, &events, client.InNamespace(w.ns))).To(Succeed())
 		Expect(events.Items).To(ContainElement(HaveField("Reason", agentsv1alpha1.ReasonCheckoutAbandoned)))
+	})
+})
+
+var _ = Describe("observedGeneration", func() {
+	It("moves only when a reconcile of that generation had no error", func() {
+		w := newWorld()
+		create(w.project().Obj())
+		Eventually(projectConditions(w.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
+		By("a quota that admits no pod: the agent pod cannot be created")
+		quota := &corev1.ResourceQuota{ObjectMeta: objMeta(w.ns, "no-pods"),
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
+		create(quota)
+		// envtest runs no quota controller: play it, so that admission enforces the quota.
+		quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+		Expect(k8sClient.Status().Update(ctx, quota)).To(Succeed())
+		create(MakeSession("quota", w.ns, "widgets").Prompt("Fix it").Obj())
+		Eventually(sessionStatus(w.ns, "quota")).Should(HaveField("Conditions",
+			HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, agentsv1alpha1.ReasonReconcileError)))
+		st := sessionStatus(w.ns, "quota")()
+		Expect(st.ObservedGeneration).To(BeZero(), "the pod the spec asks for was not made")
+		Expect(findCond(st.Conditions, agentsv1alpha1.ConditionReady).Message).To(ContainSubstring("quota"))
+
+		By("the quota goes: the pod is made, and the generation is observed")
+		Expect(k8sClient.Delete(ctx, quota)).To(Succeed())
+		Eventually(podExists(w.ns, "quota-agent")).WithTimeout(30 * time.Second).Should(BeTrue())
+		Eventually(func() int64 { return sessionStatus(w.ns, "quota")().ObservedGeneration }).Should(Equal(int64(1)))
 	})
 })

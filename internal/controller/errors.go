@@ -1,11 +1,19 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 )
 
 // Reconcile errors are typed so that one place (result) maps them to a ctrl.Result and the
@@ -66,4 +74,31 @@ func result(err error, requeueAfter time.Duration) (ctrl.Result, error) {
 	default:
 		return ctrl.Result{}, err
 	}
+}
+
+// finish ends every reconcile of the three reconcilers once their status write succeeded: the
+// reconcile's error is said where a human looks (a Stalling error is not returned to
+// controller-runtime, so without this it would be seen only in a condition): logged, and
+// recorded as a Warning event when the Stalled condition it set is new or says something new;
+// then the result. before and after are the object's conditions around the write.
+func finish(ctx context.Context, rec recorder.EventRecorder, obj runtime.Object, before, after []metav1.Condition, err error, requeue time.Duration) (ctrl.Result, error) {
+	var stalling *StallingError
+	if errors.As(err, &stalling) {
+		ctrl.LoggerFrom(ctx).Error(err, "Reconcile stalled: a human must act", "reason", stalling.Reason)
+		if rec != nil && conditionChanged(before, after, agentsv1alpha1.ConditionStalled) {
+			rec.Eventf(obj, nil, corev1.EventTypeWarning, stalling.Reason, "Reconcile", "%s", truncateMessage(err.Error()))
+		}
+	}
+	return result(err, requeue)
+}
+
+// conditionChanged reports whether condition t is in after and differs from before in status,
+// reason or message.
+func conditionChanged(before, after []metav1.Condition, t string) bool {
+	a := meta.FindStatusCondition(after, t)
+	if a == nil {
+		return false
+	}
+	b := meta.FindStatusCondition(before, t)
+	return b == nil || b.Status != a.Status || b.Reason != a.Reason || b.Message != a.Message
 }

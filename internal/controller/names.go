@@ -64,6 +64,11 @@ func checkoutPath(mode agentsv1alpha1.WorkspaceMode, worktree string) string {
 	return workspaceMount + "/worktrees/" + worktree
 }
 
+// forgeCallTimeout bounds every call the controllers make to a forge or a tracker (a merge, a
+// pull request's creation, an access check, a backlog query): one setting, so that a slow
+// forge holds a reconcile no longer than this anywhere.
+const forgeCallTimeout = 30 * time.Second
+
 // Requeue delays.
 const (
 	minRequeue = 5 * time.Second

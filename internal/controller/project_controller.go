@@ -119,7 +119,7 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 				r.Recorder.Eventf(p, nil, e.kind, e.reason, "Backlog", "%s", e.message)
 			}
 		}
-		res, retErr = result(recErr, s.requeue)
+		res, retErr = finish(ctx, r.Recorder, p, orig.Status.Conditions, p.Status.Conditions, recErr, s.requeue)
 	}()
 
 	steps := []func(context.Context, *projectScope) error{
@@ -213,7 +213,7 @@ func (r *ProjectReconciler) reconcileAccess(ctx context.Context, s *projectScope
 	request := s.project.Annotations[agentsv1alpha1.ReconcileRequestAnnotation]
 	if !ok || prev.generation != s.project.Generation || prev.request != request || prev.conn != f.Conn ||
 		now.Sub(prev.at) >= interval || prev.err != nil && now.Sub(prev.at) >= forgeRetry {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
 		info, err := f.Conn.Provider.CheckAccess(cctx, f.Repo)
 		cancel()
 		prev = accessCheck{key: client.ObjectKeyFromObject(s.project), generation: s.project.Generation, request: request, conn: f.Conn, at: now, info: info, err: err}

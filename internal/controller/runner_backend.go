@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -122,7 +121,7 @@ func (b *RunnerBackend) issueTask(ctx context.Context, sess *agentsv1alpha1.Agen
 	if tr == nil {
 		return fmt.Errorf("project %s has no tracker: %w", p.Name, runnerapi.ErrInvalid)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
 	defer cancel()
 	issue, err := tr.GetIssue(cctx, strings.TrimPrefix(sess.Spec.Issue, "#"))
 	if err != nil {
@@ -297,7 +296,7 @@ func (b *RunnerBackend) OpenPullRequest(ctx context.Context, s runnerapi.Session
 	if base == "" {
 		base = string(p.Spec.Repository.DefaultBranch)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
 	defer cancel()
 	pr, err := f.Conn.Provider.CreatePullRequest(cctx, f.Repo, scm.NewPullRequest{
 		Head: scm.Head{Branch: req.Branch}, Base: base, Title: req.Title, Body: req.Body,
@@ -331,7 +330,7 @@ func (b *RunnerBackend) GitRemote(ctx context.Context, s runnerapi.Session) (*ru
 	if err != nil {
 		return nil, fmt.Errorf("connect to the forge: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
 	defer cancel()
 	c, err := f.Conn.Provider.PushCredential(cctx, f.Repo)
 	if err != nil {

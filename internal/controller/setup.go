@@ -59,6 +59,9 @@ type Config struct {
 	PollerOptions scm.PollerOptions
 	// NotifyPolicy bounds notification retries.
 	NotifyPolicy *notify.Policy
+	// ActionHook is called around every action of a session's decision (tests only: the
+	// crash-point harness stops the manager there).
+	ActionHook ActionHook
 }
 
 // Setup wires the three reconcilers, the runner channel, the forge hub and webhook receiver, and
@@ -188,7 +191,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		}
 	}
 
-	sessions := &AgentSessionReconciler{Deps: deps, Events: events}
+	sessions := &AgentSessionReconciler{Deps: deps, Events: events, ActionHook: cfg.ActionHook}
 	if handler != nil {
 		sessions.Wake = handler.Wake
 	}

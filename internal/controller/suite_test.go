@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -27,6 +29,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/scm"
@@ -132,6 +135,16 @@ type managerUnderTest struct {
 	deps         *controller.Deps
 	// elected is closed once the manager leads (at once without leader election).
 	elected <-chan struct{}
+	// actionHook, when set, is called around every action (crashpoints_test.go).
+	actionHook atomic.Pointer[controller.ActionHook]
+}
+
+// hook calls the action hook in effect, if any.
+func (m *managerUnderTest) hook(ctx context.Context, p controller.ActionPoint, key types.NamespacedName, a lifecycle.Action) error {
+	if h := m.actionHook.Load(); h != nil {
+		return (*h)(ctx, p, key, a)
+	}
+	return nil
 }
 
 func (m *managerUnderTest) start() {
@@ -179,6 +192,7 @@ func (m *managerUnderTest) start() {
 		WebhookBindAddress: m.webhookAddr,
 		PollerOptions:      scm.PollerOptions{MaxAge: 2 * time.Second, HintDelay: 50 * time.Millisecond, HintInterval: 100 * time.Millisecond},
 		NotifyPolicy:       &policy,
+		ActionHook:         m.hook,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	go func() {

@@ -93,7 +93,7 @@ func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, wt.Status.Conditions, wt,
 			agentsv1alpha1.ConditionSetupSucceeded, agentsv1alpha1.ConditionDeletionBlocked)
 		emitPhaseEvent(r.Recorder, wt, string(orig.Status.Phase), string(wt.Status.Phase))
-		res, retErr = result(recErr, s.requeue)
+		res, retErr = finish(ctx, r.Recorder, wt, orig.Status.Conditions, wt.Status.Conditions, recErr, s.requeue)
 	}()
 
 	steps := []func(context.Context, *worktreeScope) error{

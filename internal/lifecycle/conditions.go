@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,6 +116,10 @@ func (e *eval) reconciling(d Decision) (bool, string, string) {
 		// The pull request's conditions keep the last state read; say that it may be behind.
 		return true, orDefault(e.in.PullRequest.ForgeErrorReason, agentsv1alpha1.ReasonForgeUnavailable),
 			"The forge cannot be read (" + clip(e.in.PullRequest.ForgeError, 300) + "); the pull request's status is the last one read, and Shepherd retries. " + e.message
+	}
+	if m := e.mergeRetry; m != nil {
+		return true, agentsv1alpha1.ReasonMergeRetrying, fmt.Sprintf("The forge could not merge %s at %s for now (%s); attempt %d failed, Shepherd asks again at %s",
+			e.pr.ref(), short(m.HeadSHA), clip(m.Error, 300), m.Attempts, m.RetryAt.UTC().Format(time.RFC3339))
 	}
 	if t := e.phaseTrigger(); t != "" {
 		for _, r := range d.Reactions {

@@ -46,6 +46,12 @@ type eval struct {
 	// only place where an agent's exit is news.
 	ranRuntime bool
 
+	// ownMerge is true when the pull request is merged by the merge this manager made (the
+	// merge runner's evidence), whether or not the forge was read since.
+	ownMerge bool
+	// mergeRetry is set while a merge waits to be asked for again after a transient failure.
+	mergeRetry *MergeEvidence
+
 	reactions map[agentsv1alpha1.ReactionTrigger]*agentsv1alpha1.ReactionStatus
 	events    []Event
 	// reactionEvents follow the fact and phase events in the decision.

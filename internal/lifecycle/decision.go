@@ -91,6 +91,9 @@ const (
 	ActionEscalate ActionType = "Escalate"
 )
 
+// ActionTypes lists every action type, in the order docs/architecture.md lists them.
+var ActionTypes = []ActionType{ActionMerge, ActionSendToAgent, ActionNotify, ActionEscalate}
+
 // Action is one thing the controller must do. Only the fields its Type lists are set.
 type Action struct {
 	Type ActionType

@@ -235,3 +235,33 @@ func TestEventsUseTheirPriority(t *testing.T) {
 		}
 	}
 }
+
+// The actions table of docs/architecture.md lists every action type, in order, each with its
+// key, its runner and its test: a new action cannot be added undocumented.
+func TestActionsDocumented(t *testing.T) {
+	g := NewWithT(t)
+	doc := readDoc(t, "architecture.md")
+	_, section, ok := strings.Cut(doc, "\n## Actions\n")
+	g.Expect(ok).To(BeTrue(), "docs/architecture.md has an Actions section")
+	row := regexp.MustCompile("^\\| `(\\w+)` \\|(.+)\\|(.+)\\|(.+)\\|$")
+	var listed []ActionType
+	for _, line := range strings.Split(section, "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		for i, col := range m[2:] {
+			g.Expect(strings.TrimSpace(col)).NotTo(BeEmpty(), "action %s: column %d is empty", m[1], i+2)
+		}
+		listed = append(listed, ActionType(m[1]))
+	}
+	g.Expect(listed).To(Equal(ActionTypes))
+
+	src, err := os.ReadFile("decision.go")
+	g.Expect(err).NotTo(HaveOccurred())
+	var declared []ActionType
+	for _, m := range regexp.MustCompile(`(?m)^\s+Action\w+ ActionType = "(\w+)"`).FindAllStringSubmatch(string(src), -1) {
+		declared = append(declared, ActionType(m[1]))
+	}
+	g.Expect(declared).To(ConsistOf(ActionTypes), "ActionTypes lists every declared action type")
+}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -73,7 +74,33 @@ func (e *eval) transitionEvents() {
 	if e.phase != e.prevPhase && (!e.restored || e.phase != agentsv1alpha1.PhaseSpawning) {
 		e.phaseEvent(merged)
 	}
-	e.events = append(e.events, e.reactionEvents...)
+	e.events = mergeEvents(e.events, e.reactionEvents)
+}
+
+// mergeEvents appends the reaction events to the fact and phase events so that a decision
+// emits each event type at most once: a reaction's event says what Shepherd did about the fact
+// (MergeRequested about a pull request turning mergeable, ConflictsSent about a conflict), so it
+// takes the place of the fact's event of the same type, keeping the more urgent priority.
+func mergeEvents(events, reactions []Event) []Event {
+	for _, r := range reactions {
+		i := slices.IndexFunc(events, func(ev Event) bool { return ev.Type == r.Type })
+		if i < 0 {
+			events = append(events, r)
+			continue
+		}
+		if urgency(events[i].Priority) > urgency(r.Priority) {
+			r.Priority = events[i].Priority
+		}
+		events[i] = r
+	}
+	return events
+}
+
+// urgency orders priorities, least urgent first (urgent, action, warning, info, as the
+// notification routes rank them).
+func urgency(p agentsv1alpha1.Priority) int {
+	return slices.Index([]agentsv1alpha1.Priority{agentsv1alpha1.PriorityInfo, agentsv1alpha1.PriorityWarning,
+		agentsv1alpha1.PriorityAction, agentsv1alpha1.PriorityUrgent}, p)
 }
 
 func (e *eval) phaseEvent(mergedEmitted bool) {
@@ -112,7 +139,7 @@ func (e *eval) phaseEvent(mergedEmitted bool) {
 // returns whether pr.merged was emitted.
 func (e *eval) pullRequestEvents() bool {
 	cur := e.prStatus
-	if !e.pr.fresh || cur == nil {
+	if !e.pr.fresh && !e.ownMerge || cur == nil {
 		return false
 	}
 	prev := e.prev.PullRequest

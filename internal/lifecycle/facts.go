@@ -44,6 +44,13 @@ func (p prFacts) data() PullRequestData {
 func (e *eval) readPullRequest() {
 	ev := e.in.PullRequest
 	prevPR := e.prev.PullRequest
+	// An effect's own result is evidence: the merge this manager made is a merged pull request
+	// from the moment the forge said so, before any re-read.
+	own := e.in.Merge
+	if own.Outcome == MergeSucceeded && ev.Observed && ev.Exists && (ev.State == "" || ev.State == agentsv1alpha1.PullRequestOpen) &&
+		own.For(ev.Number, ev.HeadSHA) {
+		ev.State, ev.MergeCommitSHA, e.ownMerge = agentsv1alpha1.PullRequestMerged, orDefault(ev.MergeCommitSHA, own.MergeCommitSHA), true
+	}
 	switch {
 	case ev.Observed && ev.Exists:
 		state := ev.State
@@ -82,6 +89,11 @@ func (e *eval) readPullRequest() {
 			e.pr.failed = append(e.pr.failed, FailedCheck{Name: c.Name, URL: c.URL})
 		}
 		e.prStatus = prevPR.DeepCopy()
+		if own.Outcome == MergeSucceeded && e.pr.state == agentsv1alpha1.PullRequestOpen && own.For(p.Number, p.HeadSHA) {
+			e.pr.state, e.prStatus.State, e.ownMerge = agentsv1alpha1.PullRequestMerged, agentsv1alpha1.PullRequestMerged, true
+			e.prStatus.MergeCommitSHA = clip(orDefault(p.MergeCommitSHA, own.MergeCommitSHA), 64)
+			e.prStatus.LastChangeTime = ptr(metav1.NewTime(e.now))
+		}
 	}
 }
 

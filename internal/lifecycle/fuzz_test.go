@@ -156,6 +156,10 @@ func runSequence(t *testing.T, data []byte) {
 	desired := agentsv1alpha1.SessionRunning
 	escalated := map[episodeKey]bool{}
 	merged := map[string]bool{}
+	// The merge runner's record, and the heads whose merge may be asked for again: its record
+	// was lost (a manager restart) or says to retry.
+	var merge MergeEvidence
+	askAgain := map[string]bool{}
 
 	for step := 0; step < 60 && len(r.b) > 0; step++ {
 		now = now.Add(time.Duration(r.next()%48) * 5 * time.Second)
@@ -167,8 +171,25 @@ func runSequence(t *testing.T, data []byte) {
 				desired = agentsv1alpha1.SessionRunning
 			}
 		}
+		if merge.Outcome == MergeInFlight {
+			switch r.next() % 6 {
+			case 0:
+				merge.Outcome = MergeSucceeded
+			case 1:
+				merge.Outcome, merge.RetryAt, merge.Error = MergeRetrying, now.Add(30*time.Second), "forge unavailable (HTTP 502)"
+				askAgain[merge.HeadSHA] = true
+			case 2:
+				merge.Outcome, merge.Error = MergeRefused, "not mergeable (HTTP 405)"
+			case 3:
+				merge.Outcome = MergeHeadMoved
+			case 4:
+				// The manager restarted: its record is gone.
+				askAgain[merge.HeadSHA], merge = true, MergeEvidence{}
+			}
+		}
 		in := fuzzInput(r, now, settings, desired)
 		in.Previous = *status.DeepCopy()
+		in.Merge = merge
 
 		d := Decide(in)
 		if again := Decide(in); !reflect.DeepEqual(d, again) {
@@ -217,10 +238,10 @@ func runSequence(t *testing.T, data []byte) {
 					t.Fatalf("step %d: escalation at %s", step, a.Priority)
 				}
 			case ActionMerge:
-				if a.ExpectedHeadSHA == "" || merged[a.ExpectedHeadSHA] {
-					t.Fatalf("step %d: merge of head %q requested twice or unguarded", step, a.ExpectedHeadSHA)
+				if a.ExpectedHeadSHA == "" || merged[a.ExpectedHeadSHA] && !askAgain[a.ExpectedHeadSHA] {
+					t.Fatalf("step %d: merge of head %q requested twice (the runner's record: %+v) or unguarded", step, a.ExpectedHeadSHA, merge)
 				}
-				merged[a.ExpectedHeadSHA] = true
+				merged[a.ExpectedHeadSHA], askAgain[a.ExpectedHeadSHA] = true, false
 			case ActionSendToAgent:
 				if len(a.Text) > MaxMessageBytes || len(a.ID) > 128 || a.ID == "" {
 					t.Fatalf("step %d: message %q out of bounds", step, a.ID)
@@ -246,7 +267,8 @@ func runSequence(t *testing.T, data []byte) {
 
 		Apply(&status, d)
 		status = roundTrip(t, status)
-		checkIdempotent(t, func() Input { x := in; x.Previous = *status.DeepCopy(); return x }())
+		merge = ranActions(merge, d)
+		checkIdempotent(t, func() Input { x := in; x.Previous = *status.DeepCopy(); x.Merge = merge; return x }())
 		if len(status.Messages.Pending) > maxPending {
 			t.Fatalf("step %d: %d pending messages", step, len(status.Messages.Pending))
 		}

@@ -127,6 +127,24 @@ func graceFull(sig string, now time.Time) *agentsv1alpha1.GraceStatus {
 type sim struct {
 	status agentsv1alpha1.AgentSessionStatus
 	last   Decision
+	// merge is the merge runner's record, as the controller keeps it.
+	merge MergeEvidence
+}
+
+// ranActions is the merge runner's record once the controller ran d's actions: a Merge action
+// is under way (its outcome is the test's to set).
+func ranActions(m MergeEvidence, d Decision) MergeEvidence {
+	for _, a := range d.Actions {
+		if a.Type != ActionMerge {
+			continue
+		}
+		attempts := int32(1)
+		if m.For(a.PullRequestNumber, a.ExpectedHeadSHA) {
+			attempts = m.Attempts + 1
+		}
+		m = MergeEvidence{PullRequestNumber: a.PullRequestNumber, HeadSHA: a.ExpectedHeadSHA, Outcome: MergeInFlight, Attempts: attempts}
+	}
+	return m
 }
 
 func newSim(prev agentsv1alpha1.AgentSessionStatus) *sim { return &sim{status: *prev.DeepCopy()} }
@@ -134,9 +152,13 @@ func newSim(prev agentsv1alpha1.AgentSessionStatus) *sim { return &sim{status: *
 // step decides on in (with the simulated status as Previous) and applies the decision.
 func (s *sim) step(in Input) Decision {
 	in.Previous = *s.status.DeepCopy()
+	if in.Merge.Outcome == MergeNotRun {
+		in.Merge = s.merge
+	}
 	d := Decide(in)
 	Apply(&s.status, d)
 	s.last = d
+	s.merge = ranActions(in.Merge, d)
 	return d
 }
 

@@ -34,8 +34,8 @@ func statusJSON(t testing.TB, st agentsv1alpha1.AgentSessionStatus) string {
 }
 
 // checkIdempotent decides on in, writes the decision, reads it back as the API server would,
-// and decides again on the same evidence: no events, no actions, and the status is a fixed
-// point. This is what makes a manager restart (or a reconcile storm) safe.
+// and decides again on the same evidence (and the record of the actions it ran): no events, no
+// actions, and the status is a fixed point. This is what makes a manager restart (or a reconcile storm) safe.
 func checkIdempotent(t testing.TB, in Input) {
 	t.Helper()
 	first := Decide(in)
@@ -45,6 +45,7 @@ func checkIdempotent(t testing.TB, in Input) {
 
 	again := in
 	again.Previous = written
+	again.Merge = ranActions(in.Merge, first)
 	second := Decide(again)
 	if len(second.Events) > 0 || len(second.Actions) > 0 {
 		t.Fatalf("deciding again on the same evidence produced events %v and actions %v (first decision: phase %s, events %v)",

@@ -23,6 +23,11 @@ type Input struct {
 	// PullRequest is the session's own pull request, read from the forge by number (or by
 	// branch until a number is known), never inferred from other pull requests.
 	PullRequest PullRequestEvidence
+	// Merge is what the controller's merge runner did about the last Merge action of this
+	// session: an effect's own result is evidence. It lives in the manager's memory; a restarted
+	// manager has none, and the lifecycle asks for the merge again (the forge's answer after the
+	// restart, a merged pull request, ends that).
+	Merge MergeEvidence
 
 	// Previous is the status as last written (by Apply). It is only read.
 	Previous agentsv1alpha1.AgentSessionStatus
@@ -193,4 +198,47 @@ type FailedCheck struct {
 	Name       string
 	URL        string
 	LogExcerpt string
+}
+
+// MergeOutcome is where a merge the lifecycle asked for stands.
+type MergeOutcome string
+
+// Merge outcomes.
+const (
+	// MergeNotRun: no merge was run for the head (or this manager has not run it yet).
+	MergeNotRun MergeOutcome = ""
+	// MergeInFlight: the forge's merge call is under way.
+	MergeInFlight MergeOutcome = "InFlight"
+	// MergeSucceeded: the forge merged the pull request at HeadSHA.
+	MergeSucceeded MergeOutcome = "Succeeded"
+	// MergeRetrying: the forge failed for now (5xx, unreachable, a rate limit); the merge is
+	// asked for again at RetryAt.
+	MergeRetrying MergeOutcome = "Retrying"
+	// MergeHeadMoved: the forge refused because the head is no longer HeadSHA; the new head is
+	// read and judged afresh.
+	MergeHeadMoved MergeOutcome = "HeadMoved"
+	// MergeRefused: the forge refused for good (protection rules, conflicts, permissions); a
+	// human is told, and this head is not tried again.
+	MergeRefused MergeOutcome = "Refused"
+)
+
+// MergeEvidence is the merge runner's record of the last merge of a session.
+type MergeEvidence struct {
+	// PullRequestNumber and HeadSHA say which merge it is.
+	PullRequestNumber int64
+	HeadSHA           string
+	Outcome           MergeOutcome
+	// Attempts is how many merge calls were made for this head by this manager.
+	Attempts int32
+	// RetryAt is when a Retrying merge may be asked for again.
+	RetryAt time.Time
+	// Error is the forge's answer when it did not merge.
+	Error string
+	// MergeCommitSHA is the commit the forge made (Succeeded).
+	MergeCommitSHA string
+}
+
+// For reports whether the evidence is about the merge of pull request number at head.
+func (m MergeEvidence) For(number int64, head string) bool {
+	return m.Outcome != MergeNotRun && m.PullRequestNumber == number && m.HeadSHA == head && head != ""
 }

@@ -109,15 +109,58 @@ func (e *eval) react(t agentsv1alpha1.ReactionTrigger, r Reaction, st *agentsv1a
 		return
 	}
 	key := clip(v.key(st), maxKeyLen)
-	if v.isNew(st.LastAttemptKey, key) {
+	switch {
+	case v.isNew(st.LastAttemptKey, key):
 		if r.Retries != nil && st.Attempts >= *r.Retries {
 			e.fixFailed(t, st)
 			e.escalate(t, st, v, fmt.Sprintf("%d attempt(s) did not resolve it (retries %d)", st.Attempts, *r.Retries))
 			return
 		}
 		e.attempt(t, r, st, v, key)
+	case r.Action == agentsv1alpha1.ReactionMerge && t == agentsv1alpha1.TriggerApprovedAndGreen:
+		if e.followMerge(t, r, st, v, key) {
+			return
+		}
 	}
 	e.escalationDeadline(r, st)
+}
+
+// followMerge carries on a merge asked for in an earlier decision, from the merge runner's
+// evidence. The status says the merge of this head was asked for (LastAttemptKey); the runner's
+// record says what became of it. No record (a manager restarted between the status write and
+// the forge's call, or the call never ran) asks again: the forge merges a head once, so that is
+// safe, and the fresh read after a restart shows a merge that did go through. It reports whether
+// the episode was escalated.
+func (e *eval) followMerge(t agentsv1alpha1.ReactionTrigger, r Reaction, st *agentsv1alpha1.ReactionStatus, v triggerView, key string) bool {
+	m := e.in.Merge
+	if !m.For(e.pr.number, e.pr.headSHA) {
+		m = MergeEvidence{}
+	}
+	switch m.Outcome {
+	case MergeInFlight, MergeSucceeded, MergeHeadMoved:
+		// Under way, done (the pull request reads as merged), or the head moved: the new head is
+		// judged when it is read.
+		return false
+	case MergeRefused:
+		e.escalate(t, st, v, "the forge refused the merge: "+clip(m.Error, 512))
+		return true
+	case MergeRetrying:
+		if e.now.Before(m.RetryAt) {
+			e.mergeRetry = &m
+			e.after(m.RetryAt)
+			return false
+		}
+	}
+	method := r.MergeMethod
+	if method == "" {
+		method = DefaultMergeMethod
+	}
+	// The same action as the attempt it carries on (same id): the attempt is not counted again.
+	e.actions = append(e.actions, Action{
+		Type: ActionMerge, ID: actionID(t, st, key, st.Attempts), Trigger: t, MergeMethod: method,
+		PullRequestNumber: e.pr.number, ExpectedHeadSHA: e.pr.headSHA, Attempt: st.Attempts,
+	})
+	return false
 }
 
 // fixFailed reports that checks failed again after the agent was sent a failure; it is said

@@ -300,6 +300,94 @@ func TestApprovedAndGreenMergesOncePerHead(t *testing.T) {
 	g.Expect(actionsOf(d, ActionNotify)).To(ConsistOf(HaveField("Priority", agentsv1alpha1.PriorityAction)))
 }
 
+// The merge runner's record decides what follows a merge the status says was asked for.
+func TestMergeFollowsTheRunnersRecord(t *testing.T) {
+	start := func(g Gomega) (*sim, func(m int, pr PullRequestEvidence) Decision, Action) {
+		s := newSim(running().Previous)
+		step := s.stepper(mergeSettings())
+		d := step(0, approvedGreen(shaA))
+		merges := actionsOf(d, ActionMerge)
+		g.Expect(merges).To(HaveLen(1))
+		g.Expect(eventTypes(d)).To(ContainElement(agentsv1alpha1.EventMergeReady, new([]agentsv1alpha1.EventType)))
+		ready := 0
+		for _, e := range d.Events {
+			if e.Type == agentsv1alpha1.EventMergeReady {
+				ready++
+			}
+		}
+		g.Expect(ready).To(Equal(1), "one merge.ready, not one per rule")
+		ev, _ := findEvent(d, agentsv1alpha1.EventMergeReady)
+		g.Expect(ev.Reason).To(Equal(agentsv1alpha1.ReasonMergeRequested))
+		g.Expect(s.merge).To(And(HaveField("Outcome", MergeInFlight), HaveField("HeadSHA", shaA)))
+		return s, step, merges[0]
+	}
+
+	t.Run("a restart between the status write and the forge call asks again, as the same action", func(t *testing.T) {
+		g := NewWithT(t)
+		s, step, first := start(g)
+		s.merge = MergeEvidence{} // the new manager has no record
+		d := step(1, approvedGreen(shaA))
+		g.Expect(actionsOf(d, ActionMerge)).To(ConsistOf(first))
+		g.Expect(d.Events).To(BeEmpty())
+		g.Expect(s.reaction(agentsv1alpha1.TriggerApprovedAndGreen).Attempts).To(Equal(int32(1)))
+		g.Expect(actionsOf(step(2, approvedGreen(shaA)), ActionMerge)).To(BeEmpty(), "under way now")
+	})
+
+	t.Run("a transient failure is asked again after its back-off, and said meanwhile", func(t *testing.T) {
+		g := NewWithT(t)
+		s, step, first := start(g)
+		retryAt := t0.Add(90 * time.Second)
+		s.merge.Outcome, s.merge.RetryAt, s.merge.Error = MergeRetrying, retryAt, "forge unavailable (HTTP 502)"
+		d := step(1, approvedGreen(shaA))
+		g.Expect(d.Actions).To(BeEmpty())
+		g.Expect(d.RequeueAfter).To(Equal(30 * time.Second))
+		rec, ok := cond(d, agentsv1alpha1.ConditionReconciling)
+		g.Expect(ok).To(BeTrue())
+		g.Expect(rec.Reason).To(Equal(agentsv1alpha1.ReasonMergeRetrying))
+		g.Expect(rec.Message).To(ContainSubstring("HTTP 502"))
+		d = step(2, approvedGreen(shaA))
+		g.Expect(actionsOf(d, ActionMerge)).To(ConsistOf(first))
+		g.Expect(s.merge.Attempts).To(Equal(int32(2)))
+	})
+
+	t.Run("a refusal is escalated once and not tried again", func(t *testing.T) {
+		g := NewWithT(t)
+		s, step, _ := start(g)
+		s.merge.Outcome, s.merge.Error = MergeRefused, "not mergeable (HTTP 405): Required status check is expected"
+		d := step(1, approvedGreen(shaA))
+		g.Expect(actionsOf(d, ActionMerge)).To(BeEmpty())
+		esc := actionsOf(d, ActionEscalate)
+		g.Expect(esc).To(HaveLen(1))
+		g.Expect(esc[0].Text).To(ContainSubstring("Required status check"))
+		g.Expect(eventTypes(d)).To(ConsistOf(agentsv1alpha1.EventReactionEscalated))
+		d = step(2, approvedGreen(shaA))
+		g.Expect(d.Actions).To(BeEmpty())
+		g.Expect(d.Events).To(BeEmpty())
+	})
+
+	t.Run("a head that moved waits for the new head", func(t *testing.T) {
+		g := NewWithT(t)
+		s, step, _ := start(g)
+		s.merge.Outcome = MergeHeadMoved
+		g.Expect(step(1, approvedGreen(shaA)).Actions).To(BeEmpty())
+		g.Expect(actionsOf(step(2, approvedGreen(shaB)), ActionMerge)).To(ConsistOf(HaveField("ExpectedHeadSHA", shaB)))
+	})
+
+	t.Run("a merge the forge confirmed is Merged before the forge is read again", func(t *testing.T) {
+		g := NewWithT(t)
+		s, step, _ := start(g)
+		s.merge.Outcome, s.merge.MergeCommitSHA = MergeSucceeded, shaC
+		d := step(1, approvedGreen(shaA)) // a read from before the merge
+		g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseMerged))
+		g.Expect(d.PullRequest).To(And(HaveField("State", agentsv1alpha1.PullRequestMerged), HaveField("MergeCommitSHA", shaC)))
+		g.Expect(eventTypes(d)).To(ContainElements(agentsv1alpha1.EventPRMerged, agentsv1alpha1.EventMergeCompleted))
+		g.Expect(d.Actions).NotTo(ContainElement(HaveField("Type", ActionMerge)))
+		in := withPR(t0.Add(2*time.Minute), approvedGreen(shaA))
+		in.Settings, in.Previous = mergeSettings(), s.status
+		g.Expect(Decide(in).Phase).To(Equal(agentsv1alpha1.PhaseMerged), "Merged holds once the record is gone")
+	})
+}
+
 func TestApprovedAndGreenNotifyOnlyNotifies(t *testing.T) {
 	g := NewWithT(t)
 	d := Decide(withPR(t0, approvedGreen(shaA)))

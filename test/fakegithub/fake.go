@@ -66,6 +66,7 @@ type Server struct {
 	budgets       map[string]*budget
 	forcedLimits  []forcedLimit
 	outages       map[string]int
+	routeFailures map[string][]int
 	nextID        int64
 	stats         Stats
 	logs          map[int64]string

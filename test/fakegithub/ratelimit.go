@@ -125,6 +125,29 @@ func (s *Server) SetOutage(login string, status int) {
 	s.outages[login] = status
 }
 
+// FailRoute makes the next requests to route (as Stats.ByRoute names it, for example
+// "PUT /repos/{o}/{r}/pulls/{x}/merge") answer the given statuses in turn, one request each, as
+// GitHub does in a partial outage (a 502 from its front end, say); then the route is served as
+// usual again. A failed request is counted in ByRoute and does nothing.
+func (s *Server) FailRoute(route string, statuses ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.routeFailures == nil {
+		s.routeFailures = map[string][]int{}
+	}
+	s.routeFailures[route] = append(s.routeFailures[route], statuses...)
+}
+
+// routeFailure pops the next injected failure of route, or returns 0. The caller holds s.mu.
+func (s *Server) routeFailure(route string) int {
+	q := s.routeFailures[route]
+	if len(q) == 0 {
+		return 0
+	}
+	s.routeFailures[route] = q[1:]
+	return q[0]
+}
+
 // outage returns the status an identity's requests fail with during an outage, or 0.
 func (s *Server) outage(id *identity) int { return s.outages[id.login] }
 

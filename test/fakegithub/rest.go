@@ -136,6 +136,19 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request, path string) 
 	}
 	route := routeName(r.Method, path)
 	s.stats.ByRoute[route]++
+	if status := s.routeFailure(route); status != 0 {
+		s.mu.Unlock()
+		body := outageBody(status)
+		switch {
+		case status == http.StatusMethodNotAllowed:
+			// What GitHub answers a merge its rules refuse.
+			body = apiError("Pull Request is not mergeable", "https://docs.github.com/rest/pulls/pulls#merge-a-pull-request")
+		case status < 500:
+			body = apiError(http.StatusText(status), "https://docs.github.com/rest")
+		}
+		writeJSON(w, status, body)
+		return
+	}
 	points := 1
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		points = 5

@@ -1,0 +1,141 @@
+package controller_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/controller"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	. "github.com/shepherd-dev/shepherd/test/builders"
+	"github.com/shepherd-dev/shepherd/test/fakegithub"
+)
+
+// crashAt makes the manager die at point p of the first action of type t for session key: that
+// reconcile, and every later call of the hook in this manager, blocks until the manager is
+// stopped, and then runs nothing more (as a process that died there). The returned channel is
+// closed once it happened.
+func crashAt(t lifecycle.ActionType, p controller.ActionPoint, key types.NamespacedName) <-chan struct{} {
+	hit := make(chan struct{})
+	var dead atomic.Bool
+	hook := controller.ActionHook(func(ctx context.Context, point controller.ActionPoint, k types.NamespacedName, a lifecycle.Action) error {
+		if !dead.Load() && (point != p || a.Type != t || k != key) {
+			return nil
+		}
+		if dead.CompareAndSwap(false, true) {
+			close(hit)
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	mgr.actionHook.Store(&hook)
+	return hit
+}
+
+// restartAfterCrash waits for the crash, then starts a new manager without the hook; the runner
+// sends its next heartbeat to it.
+func restartAfterCrash(a *agent, hit <-chan struct{}) {
+	GinkgoHelper()
+	Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
+	mgr.stop()
+	mgr.actionHook.Store(nil)
+	mgr.start()
+	a.report(agentsv1alpha1.ActivityReady)
+}
+
+// mergeWorld is a session whose pull request needs one approval and a passing "test" check, under
+// a Project that merges once both hold; it returns once the pull request is open.
+func mergeWorld(name string) (*world, *agent) {
+	GinkgoHelper()
+	w := newWorld()
+	Expect(gh.SetProtection(w.full, fakegithub.Protection{RequiredChecks: []string{"test"}, RequiredApprovals: 1})).To(Succeed())
+	create(w.project().Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).Obj())
+	a := w.agent(name)
+	create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix the flaky test").Obj())
+	a.start()
+	a.report(agentsv1alpha1.ActivityActive)
+	a.expect(agentsv1alpha1.PhaseWorking)
+	a.openPR()
+	a.report(agentsv1alpha1.ActivityReady)
+	a.expect(agentsv1alpha1.PhaseReviewPending)
+	return w, a
+}
+
+// The crash-point harness: for each action type the manager dies right after the status write
+// that decided it (BeforeAction) and right after the action ran, before anything recorded what
+// it did (AfterAction); a new manager takes over.
+var _ = Describe("At every crash point around an action", Serial, func() {
+	AfterEach(func() { mgr.actionHook.Store(nil) })
+
+	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+		It("merges exactly once when the manager dies at "+string(point)+" of the merge", func() {
+			w, a := mergeWorld("merge-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			merges := gh.Stats().ByRoute[mergeRoute]
+			hit := crashAt(lifecycle.ActionMerge, point, objKey(w.ns, a.name))
+			a.check("success")
+			a.review("APPROVED")
+			restartAfterCrash(a, hit)
+			a.expect(agentsv1alpha1.PhaseMerged)
+			info, err := gh.PullRequest(w.full, a.pr)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(info.Merged).To(BeTrue())
+			Expect(gh.Stats().ByRoute[mergeRoute]-merges).To(Equal(1), "one merge call across the crash")
+			Consistently(func() int { return gh.Stats().ByRoute[mergeRoute] - merges }, "2s").Should(Equal(1))
+		})
+
+		It("delivers a reaction's message exactly once when the manager dies at "+string(point)+" of sending it", func() {
+			w, a := mergeWorld("send-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			hit := crashAt(lifecycle.ActionSendToAgent, point, objKey(w.ns, a.name))
+			a.check("failure")
+			restartAfterCrash(a, hit)
+			a.expect(agentsv1alpha1.PhaseCIFailed)
+			var msgs []runnerapi.Message
+			Eventually(func() []runnerapi.Message { msgs = a.pending(); return msgs }).Should(HaveLen(1))
+			Expect(msgs[0].Source).To(Equal(agentsv1alpha1.MessageFromReaction))
+			Expect(a.runner.Ack(ctx, msgs[0].ID)).To(Succeed())
+			Expect(a.pending()).To(BeEmpty())
+			err := a.runner.Ack(ctx, msgs[0].ID)
+			Expect(runnerapi.IsStatus(err, http.StatusConflict)).To(BeTrue(), "a second ack is refused: %v", err)
+			Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Messages.Delivered", ConsistOf(msgs[0].ID)))
+			Expect(a.status().Reactions).To(ContainElement(And(HaveField("Trigger", agentsv1alpha1.TriggerCIFailed), HaveField("Attempts", int32(1)))))
+		})
+	}
+
+	It("merges once when the forge answers 502 to the first merge call, and says it retries meanwhile", func() {
+		w, a := mergeWorld("merge-502")
+		merges := gh.Stats().ByRoute[mergeRoute]
+		gh.FailRoute(mergeRoute, http.StatusBadGateway)
+		a.check("success")
+		a.review("APPROVED")
+		Eventually(func() []metav1.Condition { return a.status().Conditions }).WithPolling(20 * time.Millisecond).
+			Should(HaveCondition(agentsv1alpha1.ConditionReconciling, metav1.ConditionTrue, agentsv1alpha1.ReasonMergeRetrying))
+		a.expect(agentsv1alpha1.PhaseMerged)
+		info, err := gh.PullRequest(w.full, a.pr)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.Merged).To(BeTrue())
+		Expect(gh.Stats().ByRoute[mergeRoute]-merges).To(Equal(2), "the failed call and the one that merged")
+		Expect(a.status().Conditions).NotTo(HaveCondition(agentsv1alpha1.ConditionReconciling, metav1.ConditionTrue, agentsv1alpha1.ReasonMergeRetrying))
+	})
+
+	It("tells a human once when the forge refuses the merge, and does not ask again", func() {
+		w, a := mergeWorld("merge-refused")
+		merges := gh.Stats().ByRoute[mergeRoute]
+		gh.FailRoute(mergeRoute, http.StatusMethodNotAllowed)
+		a.check("success")
+		a.review("APPROVED")
+		Eventually(func() []metav1.Condition { return a.status().Conditions }).
+			Should(HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, agentsv1alpha1.ReasonEscalated))
+		Consistently(func() int { return gh.Stats().ByRoute[mergeRoute] - merges }, "3s").Should(Equal(1))
+		Expect(a.status().Phase).To(Equal(agentsv1alpha1.PhaseMergeable))
+		Expect(a.status().Reactions).To(ContainElement(And(HaveField("Trigger", agentsv1alpha1.TriggerApprovedAndGreen), HaveField("Escalated", true))))
+		_ = w
+	})
+})
