@@ -91,6 +91,9 @@ const (
 	// ReasonMergeFailed: the forge refused a merge Shepherd asked for (an event; the
 	// escalation that follows tells a human).
 	ReasonMergeFailed = "MergeFailed"
+	// ReasonMergeGated: the pull request is mergeable, but the Merge reaction waits for what its
+	// gate asks: an approval given at the head, checks passed at the head.
+	ReasonMergeGated = "MergeGated"
 	// ReasonMergeRetrying: the forge failed a merge for now (5xx, unreachable, a rate limit);
 	// Shepherd asks again with back-off.
 	ReasonMergeRetrying = "MergeRetrying"

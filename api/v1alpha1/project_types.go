@@ -419,6 +419,7 @@ const (
 // Reaction configures what happens on one trigger.
 // +kubebuilder:validation:XValidation:rule=`self.action == 'Merge' || !has(self.mergeMethod)`,message="mergeMethod is only valid with action Merge"
 // +kubebuilder:validation:XValidation:rule=`self.action == 'SendToAgent' || !has(self.message)`,message="message is only valid with action SendToAgent"
+// +kubebuilder:validation:XValidation:rule=`self.action == 'Merge' || (!has(self.mergeWithoutApproval) && !has(self.mergeWithoutChecks))`,message="mergeWithoutApproval and mergeWithoutChecks are only valid with action Merge"
 type Reaction struct {
 	// Action to take.
 	// +required
@@ -452,6 +453,19 @@ type Reaction struct {
 	// MergeMethod for action Merge: squash (default), merge or rebase.
 	// +optional
 	MergeMethod MergeMethod `json:"mergeMethod,omitempty"`
+
+	// MergeWithoutApproval, for action Merge, lets Shepherd merge a pull request that no trusted
+	// reviewer approved at its current head commit. By default a Merge waits for an approval
+	// given at the very head it merges: an approval of an earlier head does not count, whatever
+	// the forge's own review decision says (a push after the approval needs a new one). Set it
+	// only for a repository where no human review is wanted.
+	// +optional
+	MergeWithoutApproval bool `json:"mergeWithoutApproval,omitempty"`
+
+	// MergeWithoutChecks, for action Merge, lets Shepherd merge a pull request whose head has no
+	// checks. By default a Merge waits for checks that ran and passed at the head it merges.
+	// +optional
+	MergeWithoutChecks bool `json:"mergeWithoutChecks,omitempty"`
 }
 
 // ReactionsSpec holds one optional Reaction per trigger. Merge is only meaningful, and only

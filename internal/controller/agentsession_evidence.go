@@ -137,7 +137,9 @@ func pullRequestEvidence(obs scm.Observation, found bool) lifecycle.PullRequestE
 		// so a Behind state always blocks the merge.
 		BaseRequiresUpToDate: true,
 		ReviewDecision:       reviewDecision(pr.ReviewDecision),
-		MergeCommitSHA:       pr.MergeCommitSHA,
+		// The reviews were filtered to the Project's trusted authors by the caller.
+		ApprovedAtHead: pr.ApprovedAt(pr.HeadSHA),
+		MergeCommitSHA: pr.MergeCommitSHA,
 		Checks: lifecycle.ChecksEvidence{
 			State:   agentsv1alpha1.ChecksState(pr.Checks.State),
 			Passed:  int32(pr.Checks.Passed),

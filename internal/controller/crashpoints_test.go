@@ -126,7 +126,7 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 	})
 
 	It("tells a human once when the forge refuses the merge, and does not ask again", func() {
-		w, a := mergeWorld("merge-refused")
+		_, a := mergeWorld("merge-refused")
 		merges := gh.Stats().ByRoute[mergeRoute]
 		gh.FailRoute(mergeRoute, http.StatusMethodNotAllowed)
 		a.check("success")
@@ -136,6 +136,5 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 		Consistently(func() int { return gh.Stats().ByRoute[mergeRoute] - merges }, "3s").Should(Equal(1))
 		Expect(a.status().Phase).To(Equal(agentsv1alpha1.PhaseMergeable))
 		Expect(a.status().Reactions).To(ContainElement(And(HaveField("Trigger", agentsv1alpha1.TriggerApprovedAndGreen), HaveField("Escalated", true))))
-		_ = w
 	})
 })

@@ -62,6 +62,9 @@ func (e *eval) conditions(d Decision) []metav1.Condition {
 	if !attention && e.phase == agentsv1alpha1.PhaseMergeable && e.s.reaction(agentsv1alpha1.TriggerApprovedAndGreen).Action != agentsv1alpha1.ReactionMerge {
 		attention, aReason, aMsg = true, agentsv1alpha1.ReasonMergeable, e.message+": a human merges it"
 	}
+	if !attention && e.mergeGated != "" {
+		attention, aReason, aMsg = true, agentsv1alpha1.ReasonMergeGated, e.message+": "+e.mergeGated
+	}
 	if attention {
 		set(agentsv1alpha1.ConditionNeedsAttention, metav1.ConditionTrue, aReason, aMsg)
 	} else {

@@ -51,6 +51,8 @@ type eval struct {
 	ownMerge bool
 	// mergeRetry is set while a merge waits to be asked for again after a transient failure.
 	mergeRetry *MergeEvidence
+	// mergeGated says why a Merge the phase calls for waits (the merge gate), "" when it does not.
+	mergeGated string
 
 	reactions map[agentsv1alpha1.ReactionTrigger]*agentsv1alpha1.ReactionStatus
 	events    []Event

@@ -29,6 +29,7 @@ type prFacts struct {
 	mergeState       agentsv1alpha1.MergeState
 	requiresUpToDate bool
 	review           agentsv1alpha1.ReviewDecision
+	approvedAtHead   bool
 	checks           agentsv1alpha1.ChecksState
 	failed           []FailedCheck
 	threads          []ReviewThread
@@ -66,7 +67,7 @@ func (e *eval) readPullRequest() {
 			number: ev.Number, url: ev.URL, title: ev.Title, state: state, draft: ev.Draft,
 			headSHA: ev.HeadSHA, headBranch: ev.HeadBranch, baseBranch: ev.BaseBranch,
 			mergeState: ev.MergeState, requiresUpToDate: ev.BaseRequiresUpToDate,
-			review: ev.ReviewDecision, checks: checks, failed: ev.Checks.FailedChecks,
+			review: ev.ReviewDecision, approvedAtHead: ev.ApprovedAtHead, checks: checks, failed: ev.Checks.FailedChecks,
 			threads: ev.Threads, reviews: ev.ChangeRequests,
 		}
 		e.prStatus = e.pullRequestStatus(ev, state, checks)

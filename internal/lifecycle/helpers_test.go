@@ -91,7 +91,7 @@ func pending(pr PullRequestEvidence, sha string) PullRequestEvidence {
 
 func approvedGreen(sha string) PullRequestEvidence {
 	pr := passing(openPR(), sha)
-	pr.ReviewDecision = agentsv1alpha1.ReviewApproved
+	pr.ReviewDecision, pr.ApprovedAtHead = agentsv1alpha1.ReviewApproved, true
 	return pr
 }
 

@@ -157,6 +157,10 @@ type PullRequestEvidence struct {
 	// with the base before merging, so Behind blocks a merge.
 	BaseRequiresUpToDate bool
 	ReviewDecision       agentsv1alpha1.ReviewDecision
+	// ApprovedAtHead is true when a trusted reviewer's latest review approves HeadSHA itself
+	// (not an earlier head) and no trusted reviewer's latest review requests changes. The
+	// Merge action waits for it (unless the Project opted out).
+	ApprovedAtHead bool
 	// Threads are the unresolved review threads.
 	Threads []ReviewThread
 	// ChangeRequests are the reviews whose latest state requests changes.

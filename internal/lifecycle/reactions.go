@@ -125,6 +125,21 @@ func (e *eval) react(t agentsv1alpha1.ReactionTrigger, r Reaction, st *agentsv1a
 	e.escalationDeadline(r, st)
 }
 
+// mergeGate says why the pull request may not be merged at its head yet, "" when it may: a
+// trusted reviewer's approval given at this very head (an approval of an earlier head does not
+// count, whatever the forge's review decision says: GitHub keeps it unless stale reviews are
+// dismissed), and checks that ran and passed at this head. A Project opts out of either
+// explicitly (mergeWithoutApproval, mergeWithoutChecks).
+func (e *eval) mergeGate(r Reaction) string {
+	switch {
+	case !r.MergeWithoutApproval && !e.pr.approvedAtHead:
+		return fmt.Sprintf("Shepherd merges only with a trusted reviewer's approval given at head %s (an approval of an earlier head does not count; mergeWithoutApproval opts out)", short(e.pr.headSHA))
+	case !r.MergeWithoutChecks && e.pr.checks != agentsv1alpha1.ChecksPassing:
+		return fmt.Sprintf("Shepherd merges only once checks ran and passed at head %s (mergeWithoutChecks opts out)", short(e.pr.headSHA))
+	}
+	return ""
+}
+
 // followMerge carries on a merge asked for in an earlier decision, from the merge runner's
 // evidence. The status says the merge of this head was asked for (LastAttemptKey); the runner's
 // record says what became of it. No record (a manager restarted between the status write and
@@ -150,6 +165,10 @@ func (e *eval) followMerge(t agentsv1alpha1.ReactionTrigger, r Reaction, st *age
 			e.after(m.RetryAt)
 			return false
 		}
+	}
+	if why := e.mergeGate(r); why != "" {
+		e.mergeGated = why // the approval was dismissed meanwhile, say
+		return false
 	}
 	method := r.MergeMethod
 	if method == "" {
@@ -223,6 +242,11 @@ func (e *eval) attempt(t agentsv1alpha1.ReactionTrigger, r Reaction, st *agentsv
 	case agentsv1alpha1.ReactionMerge:
 		if t != agentsv1alpha1.TriggerApprovedAndGreen || e.pr.headSHA == "" || e.pr.number == 0 {
 			e.escalate(t, st, v, "action Merge cannot run here (it needs the approvedAndGreen trigger and a known head commit)")
+			return
+		}
+		if why := e.mergeGate(r); why != "" {
+			// Not an attempt: it runs once the gate opens (a new approval, checks at this head).
+			e.mergeGated = why
 			return
 		}
 		method := r.MergeMethod

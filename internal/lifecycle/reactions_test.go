@@ -388,6 +388,55 @@ func TestMergeFollowsTheRunnersRecord(t *testing.T) {
 	})
 }
 
+// The merge gate: an approval at the head it merges and checks passed there, unless the Project
+// opted out of either.
+func TestMergeGate(t *testing.T) {
+	staleApproval := approvedGreen(shaB) // the forge still says Approved: the approval was of shaA
+	staleApproval.ApprovedAtHead = false
+	unchecked := approvedGreen(shaA)
+	unchecked.Checks = ChecksEvidence{State: agentsv1alpha1.ChecksNone}
+	for _, tc := range []struct {
+		name   string
+		pr     PullRequestEvidence
+		opt    func(*Reaction)
+		merges bool
+		why    string
+	}{
+		{"an approval at the head, checks passed", approvedGreen(shaA), nil, true, ""},
+		{"an approval of an earlier head", staleApproval, nil, false, "approval given at head bbbbbbb"},
+		{"an approval of an earlier head, mergeWithoutApproval", staleApproval, func(r *Reaction) { r.MergeWithoutApproval = true }, true, ""},
+		{"no checks at the head", unchecked, nil, false, "checks ran and passed at head aaaaaaa"},
+		{"no checks at the head, mergeWithoutChecks", unchecked, func(r *Reaction) { r.MergeWithoutChecks = true }, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			settings := mergeSettings()
+			r := settings.Reactions[agentsv1alpha1.TriggerApprovedAndGreen]
+			if tc.opt != nil {
+				tc.opt(&r)
+			}
+			settings.Reactions[agentsv1alpha1.TriggerApprovedAndGreen] = r
+			s := newSim(running().Previous)
+			d := s.stepper(settings)(0, tc.pr)
+			g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseMergeable))
+			g.Expect(actionsOf(d, ActionMerge)).To(HaveLen(map[bool]int{true: 1, false: 0}[tc.merges]))
+			attention, _ := cond(d, agentsv1alpha1.ConditionNeedsAttention)
+			if tc.merges {
+				g.Expect(attention.Status).To(BeEquivalentTo("False"))
+				return
+			}
+			g.Expect(attention).To(And(HaveField("Status", BeEquivalentTo("True")), HaveField("Reason", agentsv1alpha1.ReasonMergeGated),
+				HaveField("Message", ContainSubstring(tc.why))))
+			g.Expect(s.reaction(agentsv1alpha1.TriggerApprovedAndGreen).Attempts).To(BeZero(), "a gated merge is no attempt")
+			g.Expect(eventTypes(d)).NotTo(ContainElement(agentsv1alpha1.EventReactionEscalated))
+
+			opened := tc.pr
+			opened.ApprovedAtHead, opened.Checks = true, ChecksEvidence{State: agentsv1alpha1.ChecksPassing, Passed: 1}
+			g.Expect(actionsOf(s.stepper(settings)(1, opened), ActionMerge)).To(HaveLen(1), "the merge runs once the gate opens")
+		})
+	}
+}
+
 func TestApprovedAndGreenNotifyOnlyNotifies(t *testing.T) {
 	g := NewWithT(t)
 	d := Decide(withPR(t0, approvedGreen(shaA)))

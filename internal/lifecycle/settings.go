@@ -44,6 +44,9 @@ type Reaction struct {
 	Priority agentsv1alpha1.Priority
 	// MergeMethod for action Merge; empty means squash.
 	MergeMethod agentsv1alpha1.MergeMethod
+	// MergeWithoutApproval and MergeWithoutChecks, for action Merge, open the merge gate: a
+	// merge then needs no approval at the head, or no checks passed at it.
+	MergeWithoutApproval, MergeWithoutChecks bool
 }
 
 // Settings are a Project's reactions and thresholds with defaults applied. The zero value is
@@ -120,6 +123,9 @@ func ResolveSettings(reactions *agentsv1alpha1.ReactionsSpec, activity *agentsv1
 				Message:       r.Message,
 				Priority:      r.Priority,
 				MergeMethod:   r.MergeMethod,
+
+				MergeWithoutApproval: r.MergeWithoutApproval,
+				MergeWithoutChecks:   r.MergeWithoutChecks,
 			}
 			if r.Retries != nil {
 				res.Retries = ptr(*r.Retries)

@@ -165,6 +165,8 @@ type Review struct {
 	// forge tells (GitHub reports only "dismissed", so State is Dismissed there too).
 	Dismissed   bool
 	SubmittedAt time.Time
+	// CommitSHA is the head commit the review was submitted at, when the forge says.
+	CommitSHA string
 }
 
 // ReviewThread is one unresolved review conversation, as the agent needs it to answer.
@@ -279,6 +281,37 @@ type PullRequest struct {
 	// reads them again whenever the cheap state it polls changes, so they match FetchedAt's
 	// state; they may be older only when nothing that summarises them changed.
 	DetailsFetchedAt time.Time
+}
+
+// ApprovedAt reports whether the reviews leave the pull request approved at head itself: among
+// each reviewer's latest deciding review (an approval, a request for changes, a dismissal), at
+// least one approves and was submitted at head, and none requests changes. An approval of an
+// earlier head does not count, whatever the forge's review decision says. The caller keeps only
+// the reviewers it trusts in Reviews first.
+func (pr *PullRequest) ApprovedAt(head string) bool {
+	if pr == nil || head == "" {
+		return false
+	}
+	latest := map[string]Review{}
+	for _, r := range pr.Reviews {
+		switch {
+		case r.Dismissed, r.State == ReviewStateDismissed, r.State == ReviewStateApproved, r.State == ReviewStateChangesRequested:
+			if prev, ok := latest[r.Author]; !ok || !r.SubmittedAt.Before(prev.SubmittedAt) {
+				latest[r.Author] = r
+			}
+		}
+	}
+	approved := false
+	for _, r := range latest {
+		switch {
+		case r.Dismissed:
+		case r.State == ReviewStateChangesRequested:
+			return false
+		case r.State == ReviewStateApproved && r.CommitSHA == head:
+			approved = true
+		}
+	}
+	return approved
 }
 
 // PRRef names one pull request.

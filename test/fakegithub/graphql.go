@@ -655,6 +655,12 @@ func (e *executor) resolve(typ string, obj any, f *ast.Field) (any, *gqlErr) {
 			return o.rv.State, nil
 		case "submittedAt":
 			return ts(o.rv.SubmittedAt), nil
+		case "commit":
+			// The head commit the review was submitted at (GitHub's PullRequestReview.commit).
+			if o.rv.CommitID == "" {
+				return nil, nil
+			}
+			return commitView{repo: o.pr.base, sha: o.rv.CommitID, pr: o.pr}, nil
 		case "body":
 			return o.rv.Body, nil
 		case "url":

@@ -181,6 +181,12 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.reactions.approvedAndGreen: Invalid value: mergeMethod is only valid with action Merge`,
 		}),
+		Entry("a merge gate opt-out on a Notify reaction", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionNotify, MergeWithoutApproval: true}).Obj()
+			},
+			want: `spec.reactions.approvedAndGreen: Invalid value: mergeWithoutApproval and mergeWithoutChecks are only valid with action Merge`,
+		}),
 		Entry("a notification route with both a webhook and Slack", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {

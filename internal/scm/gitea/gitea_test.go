@@ -259,6 +259,7 @@ func TestReviewsDecisionThreadsAndDismissal(t *testing.T) {
 	g.Expect(got.Reviews[0].Author).To(Equal("reviewer"))
 	g.Expect(got.Reviews[0].State).To(Equal(scm.ReviewStateChangesRequested))
 	g.Expect(got.Reviews[0].Dismissed).To(BeFalse())
+	g.Expect(got.Reviews[0].CommitSHA).To(Equal(got.HeadSHA), "the head the review was submitted at")
 	g.Expect(got.Threads).To(HaveLen(2))
 	th := got.Threads[0]
 	g.Expect(th.Author).To(Equal("reviewer"))

@@ -69,7 +69,7 @@ func login(u *apiUser) string {
 func convertReviews(reviews []*apiReview) []scm.Review {
 	var out []scm.Review
 	for _, r := range reviews {
-		rv := scm.Review{ID: strconv.FormatInt(r.ID, 10), Author: login(r.User), Dismissed: r.Dismissed, SubmittedAt: r.Submitted}
+		rv := scm.Review{ID: strconv.FormatInt(r.ID, 10), Author: login(r.User), Dismissed: r.Dismissed, SubmittedAt: r.Submitted, CommitSHA: r.CommitID}
 		switch r.State {
 		case reviewApproved:
 			rv.State = scm.ReviewStateApproved

@@ -395,6 +395,7 @@ func TestReviewsDismissedAndThreads(t *testing.T) {
 	g.Expect(got.Reviews).To(HaveLen(1))
 	g.Expect(got.Reviews[0].Dismissed).To(BeTrue())
 	g.Expect(got.Reviews[0].Author).To(Equal("alice"))
+	g.Expect(got.Reviews[0].CommitSHA).To(Equal(got.HeadSHA), "the head the review was submitted at")
 
 	_, err = e.fake.AddReview(e.full, pr.Number, "bob", "APPROVED", "LGTM")
 	g.Expect(err).NotTo(HaveOccurred())

@@ -57,7 +57,7 @@ const threadFields = `pageInfo { hasNextPage endCursor } nodes { id isResolved i
 // written per pull request rather than in a fragment.
 func fullSelection(number int) string {
 	return `body
-  reviews(last: 100) { nodes { id author { login } authorAssociation state submittedAt } }
+  reviews(last: 100) { nodes { id author { login } authorAssociation state submittedAt commit { oid } } }
   reviewThreads(first: 100) { ` + threadFields + ` }
   commits(last: 1) { nodes { commit { id oid statusCheckRollup { state ` + checkContextsSelection(number, "") + ` } } } }`
 }
@@ -78,6 +78,9 @@ type gqlReview struct {
 	AuthorAssociation string    `json:"authorAssociation"`
 	State             string    `json:"state"`
 	SubmittedAt       time.Time `json:"submittedAt"`
+	Commit            *struct {
+		Oid string `json:"oid"`
+	} `json:"commit"`
 }
 
 type gqlThread struct {
@@ -688,6 +691,9 @@ func convertMergeState(s string) scm.MergeState {
 
 func convertReview(r gqlReview) scm.Review {
 	out := scm.Review{ID: r.ID, Author: login(r.Author), Association: scm.ParseGitHubAssociation(r.AuthorAssociation), SubmittedAt: r.SubmittedAt}
+	if r.Commit != nil {
+		out.CommitSHA = r.Commit.Oid
+	}
 	switch r.State {
 	case "APPROVED":
 		out.State = scm.ReviewStateApproved
