@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 )
 
@@ -280,22 +282,11 @@ func QuestionFromText(s string) string {
 	}
 	paras := strings.Split(strings.ReplaceAll(s, "\r\n", "\n"), "\n\n")
 	q := strings.TrimSpace(paras[len(paras)-1])
-	return Truncate(q, 4096)
-}
-
-// Truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && n < len(s) && (s[n]&0xC0) == 0x80 {
-		n--
-	}
-	return s[:n]
+	return clip.To(q, 4096)
 }
 
 // MalformedLine is the event for output a parser could not read.
 func MalformedLine(agent string, line []byte, err error) Event {
 	return Event{Kind: KindError, Malformed: true,
-		Text: fmt.Sprintf("%s: unreadable output line (%v): %s", agent, err, Truncate(string(line), 200))}
+		Text: fmt.Sprintf("%s: unreadable output line (%v): %s", agent, err, clip.To(string(line), 200))}
 }

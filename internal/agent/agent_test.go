@@ -55,9 +55,3 @@ func TestReadLineCutsLongLines(t *testing.T) {
 	_, err = agent.ReadLine(br)
 	g.Expect(err).To(Equal(io.EOF))
 }
-
-func TestTruncateKeepsUTF8(t *testing.T) {
-	g := NewWithT(t)
-	g.Expect(agent.Truncate("ab🚀", 3)).To(Equal("ab"))
-	g.Expect(agent.Truncate("abc", 5)).To(Equal("abc"))
-}

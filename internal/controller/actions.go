@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -102,7 +104,7 @@ func (r *AgentSessionReconciler) runNotification(ctx context.Context, s *session
 		return
 	}
 	for _, n := range s.sess.Status.Notifications {
-		if n.ID != clip(a.ID, 128) {
+		if n.ID != clip.To(a.ID, 128) {
 			continue
 		}
 		for _, route := range n.Routes {

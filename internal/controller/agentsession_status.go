@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -102,18 +104,11 @@ func notificationsOf(d *lifecycle.Decision, now time.Time) []agentsv1alpha1.Pend
 		}
 		t := metav1.NewTime(now.Truncate(time.Second))
 		out = append(out, agentsv1alpha1.PendingNotification{
-			ID: clip(a.ID, 128), Type: clip(string(a.Event), 64), Priority: a.Priority,
-			Reason: clip(a.Reason, 128), Message: clip(a.Text, 2048), CreatedTime: &t,
+			ID: clip.To(a.ID, 128), Type: clip.To(string(a.Event), 64), Priority: a.Priority,
+			Reason: clip.To(a.Reason, 128), Message: clip.To(a.Text, 2048), CreatedTime: &t,
 		})
 	}
 	return out
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // afterWrite runs once the status is written: the log line and events of the decision, then its

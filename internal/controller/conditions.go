@@ -3,6 +3,8 @@ package controller
 import (
 	"errors"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -10,9 +12,13 @@ import (
 )
 
 // setCondition sets a condition with the object's generation.
+// maxConditionMessage keeps condition messages (and the errors and events that repeat them)
+// readable, well within the API's 32 KiB limit.
+const maxConditionMessage = 1024
+
 func setCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: truncateMessage(msg), ObservedGeneration: generation,
+		Type: typ, Status: status, Reason: reason, Message: clip.Marked(msg, maxConditionMessage, "…"), ObservedGeneration: generation,
 	})
 }
 
@@ -44,13 +50,4 @@ func setKstatus(conds *[]metav1.Condition, generation int64, err error, ready bo
 		setCondition(conds, generation, agentsv1alpha1.ConditionReconciling, metav1.ConditionTrue, agentsv1alpha1.ReasonReconcileError, err.Error())
 		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionStalled)
 	}
-}
-
-// truncateMessage keeps condition messages within the API's 32 KiB limit and readable.
-func truncateMessage(s string) string {
-	const limit = 1024
-	if len(s) <= limit {
-		return s
-	}
-	return s[:limit] + "…"
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -86,7 +88,7 @@ func finish(ctx context.Context, rec recorder.EventRecorder, obj runtime.Object,
 	if errors.As(err, &stalling) {
 		ctrl.LoggerFrom(ctx).Error(err, "Reconcile stalled: a human must act", "reason", stalling.Reason)
 		if rec != nil && conditionChanged(before, after, agentsv1alpha1.ConditionStalled) {
-			rec.Eventf(obj, nil, corev1.EventTypeWarning, stalling.Reason, "Reconcile", "%s", truncateMessage(err.Error()))
+			rec.Eventf(obj, nil, corev1.EventTypeWarning, stalling.Reason, "Reconcile", "%s", clip.Marked(err.Error(), maxConditionMessage, "…"))
 		}
 	}
 	return result(err, requeue)

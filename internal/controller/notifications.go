@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -190,7 +192,7 @@ func (d *deliveryResults) routeStatus(namespace, project string, routes []agents
 		if st := d.routes[routeKey{namespace, project, r.Name}]; st != nil {
 			rs.Delivered, rs.Failed = st.delivered, st.failed
 			if st.failing() {
-				rs.LastError = truncateMessage(st.lastErr)
+				rs.LastError = clip.Marked(st.lastErr, maxConditionMessage, "…")
 				t := metaTime(st.lastFailure)
 				rs.LastFailureTime = &t
 			}

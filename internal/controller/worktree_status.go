@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -91,7 +93,7 @@ func setWorktreeStatus(wt *agentsv1alpha1.Worktree, s *worktreeScope, err error)
 	switch {
 	case s.hasRes && s.result.OK && s.result.Result.Setup.State != "":
 		r := s.result.Result.Setup
-		st.Setup.State, st.Setup.FailedCommand, st.Setup.Error = r.State, r.FailedCommand, truncateMessage(r.Error)
+		st.Setup.State, st.Setup.FailedCommand, st.Setup.Error = r.State, r.FailedCommand, clip.Marked(r.Error, maxConditionMessage, "…")
 		t := metav1.NewTime(s.result.Finished.Truncate(1e9))
 		st.Setup.CompletionTime = &t
 	case phase == agentsv1alpha1.WorktreePending || phase == agentsv1alpha1.WorktreeMissing:

@@ -145,11 +145,3 @@ func methodLabel(m string) string {
 	}
 	return "OTHER"
 }
-
-// truncate bounds client-chosen text in logs and answers.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}

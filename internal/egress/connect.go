@@ -8,6 +8,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/shepherd-dev/shepherd/internal/clip"
 )
 
 // tlsAccessDenied is a fatal TLS alert (access_denied), sent to a client whose ClientHello the
@@ -23,7 +25,7 @@ func (s *Server) connect(ctx context.Context, c *conn, br *bufio.Reader, rq *req
 		s.answer(c, peer, d, ref)
 		return
 	}
-	d.Target = truncate(net.JoinHostPort(host, strconv.Itoa(int(port))), 260)
+	d.Target = clip.Marked(net.JoinHostPort(host, strconv.Itoa(int(port))), 260, "...")
 	name, addrs, ref := s.checkTarget(ctx, pol, host, port)
 	if ref != nil {
 		s.answer(c, peer, d, ref)
@@ -59,7 +61,7 @@ func connectTarget(target string) (string, uint16, *refusal) {
 	host, p, err := net.SplitHostPort(target)
 	n, perr := strconv.ParseUint(p, 10, 16)
 	if err != nil || perr != nil || n == 0 || host == "" {
-		return "", 0, refuse(400, ReasonBadRequest, "egress refused: CONNECT needs host:port, got %q", truncate(target, 64))
+		return "", 0, refuse(400, ReasonBadRequest, "egress refused: CONNECT needs host:port, got %q", clip.Marked(target, 64, "..."))
 	}
 	return host, uint16(n), nil
 }

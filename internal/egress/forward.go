@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/shepherd-dev/shepherd/internal/clip"
 )
 
 // maxInterim bounds the 1xx responses an upstream may send before its answer.
@@ -25,7 +27,7 @@ func (s *Server) forward(ctx context.Context, c *conn, br *bufio.Reader, head []
 		s.answer(c, peer, d, ref)
 		return
 	}
-	d.Target = truncate(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port))), 260)
+	d.Target = clip.Marked(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port))), 260, "...")
 	name, addrs, ref := s.checkTarget(ctx, pol, u.Hostname(), port)
 	if ref != nil {
 		s.answer(c, peer, d, ref)

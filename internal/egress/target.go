@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+
+	"github.com/shepherd-dev/shepherd/internal/clip"
 )
 
 // maxDialAttempts bounds how many resolved addresses one request tries.
@@ -20,10 +22,10 @@ func (s *Server) checkTarget(ctx context.Context, pol Policy, host string, port 
 	if errors.Is(err, errIPLiteral) {
 		return "", nil, refuse(403, ReasonIPLiteral,
 			"egress to %s is not allowed: the proxy connects only to host names, not addresses (no name, no exit); add the name to spec.network.egress.hosts and use it",
-			truncate(net.JoinHostPort(host, strconv.Itoa(int(port))), 64))
+			clip.Marked(net.JoinHostPort(host, strconv.Itoa(int(port))), 64, "..."))
 	}
 	if err != nil {
-		return "", nil, refuse(400, ReasonInvalidHost, "egress to %q refused: not a valid host name", truncate(host, 64))
+		return "", nil, refuse(400, ReasonInvalidHost, "egress to %q refused: not a valid host name", clip.Marked(host, 64, "..."))
 	}
 	target := net.JoinHostPort(name, strconv.Itoa(int(port)))
 	if !pol.Allows(name, port) {

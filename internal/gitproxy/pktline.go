@@ -15,6 +15,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/shepherd-dev/shepherd/internal/clip"
 )
 
 // pkt-line limits (git's own: LARGE_PACKET_MAX is 65520 including the 4-byte header).
@@ -108,7 +110,7 @@ func ReadCommands(r *bufio.Reader) (cmds []RefUpdate, caps []string, raw []byte,
 func parseCommand(line string) (RefUpdate, error) {
 	f := strings.Split(line, " ")
 	if len(f) != 3 || !isObjectID(f[0]) || !isObjectID(f[1]) || len(f[0]) != len(f[1]) || f[2] == "" {
-		return RefUpdate{}, fmt.Errorf("%w: ref update %q", ErrProtocol, truncate(line, 200))
+		return RefUpdate{}, fmt.Errorf("%w: ref update %q", ErrProtocol, clip.Marked(line, 200, "…"))
 	}
 	return RefUpdate{Old: f[0], New: f[1], Ref: f[2]}, nil
 }
@@ -135,13 +137,6 @@ func writePktTo(w *bytes.Buffer, payload []byte, flush bool) {
 	}
 	fmt.Fprintf(w, "%04x", len(payload)+4)
 	w.Write(payload)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // refusal is a receive-pack answer that refuses every command with msg, in the report-status

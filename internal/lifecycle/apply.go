@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/clip"
 )
 
 // Apply writes a decision onto a status: everything the engine owns (phase, conditions,
@@ -37,10 +38,10 @@ func Apply(status *agentsv1alpha1.AgentSessionStatus, d Decision) {
 	}
 
 	if d.AgentSessionID != "" {
-		status.Agent.SessionID = clip(d.AgentSessionID, 256)
+		status.Agent.SessionID = clip.Marked(d.AgentSessionID, 256, truncated)
 	}
 	if d.Summary != "" {
-		status.Summary = clip(d.Summary, 4096)
+		status.Summary = clip.Marked(d.Summary, 4096, truncated)
 	}
 	if d.Usage != nil {
 		status.Usage = d.Usage.DeepCopy()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,7 +24,7 @@ func (e *eval) conditions(d Decision) []metav1.Condition {
 	}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&conds, metav1.Condition{
-			Type: t, Status: s, Reason: reason, Message: clip(msg, maxConditionMessage),
+			Type: t, Status: s, Reason: reason, Message: clip.Marked(msg, maxConditionMessage, truncated),
 			ObservedGeneration: e.in.Generation, LastTransitionTime: metav1.NewTime(e.now),
 		})
 	}
@@ -118,11 +120,11 @@ func (e *eval) reconciling(d Decision) (bool, string, string) {
 	case e.in.PullRequest.ForgeError != "" && !e.in.PullRequest.Observed:
 		// The pull request's conditions keep the last state read; say that it may be behind.
 		return true, orDefault(e.in.PullRequest.ForgeErrorReason, agentsv1alpha1.ReasonForgeUnavailable),
-			"The forge cannot be read (" + clip(e.in.PullRequest.ForgeError, 300) + "); the pull request's status is the last one read, and Shepherd retries. " + e.message
+			"The forge cannot be read (" + clip.Marked(e.in.PullRequest.ForgeError, 300, truncated) + "); the pull request's status is the last one read, and Shepherd retries. " + e.message
 	}
 	if m := e.mergeRetry; m != nil {
 		return true, agentsv1alpha1.ReasonMergeRetrying, fmt.Sprintf("The forge could not merge %s at %s for now (%s); attempt %d failed, Shepherd asks again at %s",
-			e.pr.ref(), short(m.HeadSHA), clip(m.Error, 300), m.Attempts, m.RetryAt.UTC().Format(time.RFC3339))
+			e.pr.ref(), short(m.HeadSHA), clip.Marked(m.Error, 300, truncated), m.Attempts, m.RetryAt.UTC().Format(time.RFC3339))
 	}
 	if t := e.phaseTrigger(); t != "" {
 		for _, r := range d.Reactions {

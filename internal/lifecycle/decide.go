@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -419,14 +421,14 @@ func questionMessage(q string) string {
 	if q == "" {
 		return "The agent is waiting for input"
 	}
-	return "The agent asks: " + clip(q, 1024)
+	return "The agent asks: " + clip.Marked(q, 1024, truncated)
 }
 
 func withDetail(msg, detail string) string {
 	if detail == "" {
 		return msg
 	}
-	return msg + ": " + clip(detail, 512)
+	return msg + ": " + clip.Marked(detail, 512, truncated)
 }
 
 func orDefault(s, def string) string {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -92,7 +94,7 @@ func (e *eval) readPullRequest() {
 		e.prStatus = prevPR.DeepCopy()
 		if own.Outcome == MergeSucceeded && e.pr.state == agentsv1alpha1.PullRequestOpen && own.For(p.Number, p.HeadSHA) {
 			e.pr.state, e.prStatus.State, e.ownMerge = agentsv1alpha1.PullRequestMerged, agentsv1alpha1.PullRequestMerged, true
-			e.prStatus.MergeCommitSHA = clip(orDefault(p.MergeCommitSHA, own.MergeCommitSHA), 64)
+			e.prStatus.MergeCommitSHA = clip.Marked(orDefault(p.MergeCommitSHA, own.MergeCommitSHA), 64, truncated)
 			e.prStatus.LastChangeTime = ptr(metav1.NewTime(e.now))
 		}
 	}
@@ -103,23 +105,23 @@ func (e *eval) readPullRequest() {
 func (e *eval) pullRequestStatus(ev PullRequestEvidence, state agentsv1alpha1.PullRequestState, checks agentsv1alpha1.ChecksState) *agentsv1alpha1.PullRequestStatus {
 	st := &agentsv1alpha1.PullRequestStatus{
 		Number:         ev.Number,
-		URL:            clip(ev.URL, 2048),
+		URL:            clip.Marked(ev.URL, 2048, truncated),
 		State:          state,
 		Draft:          ev.Draft,
-		HeadSHA:        clip(ev.HeadSHA, 64),
-		BaseBranch:     clip(ev.BaseBranch, 255),
+		HeadSHA:        clip.Marked(ev.HeadSHA, 64, truncated),
+		BaseBranch:     clip.Marked(ev.BaseBranch, 255, truncated),
 		Checks:         checks,
 		ChecksSummary:  checksSummary(ev.Checks),
 		ReviewDecision: ev.ReviewDecision,
 		MergeState:     ev.MergeState,
-		MergeCommitSHA: clip(ev.MergeCommitSHA, 64),
+		MergeCommitSHA: clip.Marked(ev.MergeCommitSHA, 64, truncated),
 	}
 	st.UnresolvedThreads = int32(min(len(ev.Threads), 1<<30))
 	for i, c := range ev.Checks.FailedChecks {
 		if i == 20 {
 			break
 		}
-		st.FailedChecks = append(st.FailedChecks, agentsv1alpha1.CheckRef{Name: clip(c.Name, 256), URL: clip(c.URL, 2048)})
+		st.FailedChecks = append(st.FailedChecks, agentsv1alpha1.CheckRef{Name: clip.Marked(c.Name, 256, truncated), URL: clip.Marked(c.URL, 2048, truncated)})
 	}
 	if prev := e.prev.PullRequest; prev != nil && prev.LastChangeTime != nil {
 		old := prev.DeepCopy()
@@ -407,13 +409,13 @@ func (e *eval) activityStatus() *agentsv1alpha1.ActivityStatus {
 		st.State = agentsv1alpha1.ActivityExited
 		st.ExitCode = a.exit.code
 		st.Question = ""
-		st.Message = clip(a.exit.reason, 4096)
+		st.Message = clip.Marked(a.exit.reason, 4096, truncated)
 		return st
 	case a.current:
 		st := &agentsv1alpha1.ActivityStatus{
 			State:    a.state,
-			Question: clip(r.Question, 4096),
-			Message:  clip(r.Message, 4096),
+			Question: clip.Marked(r.Question, 4096, truncated),
+			Message:  clip.Marked(r.Message, 4096, truncated),
 		}
 		if r.ExitCode != nil {
 			st.ExitCode = ptr(*r.ExitCode)

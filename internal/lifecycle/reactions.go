@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -85,7 +87,7 @@ func (e *eval) runReactions() {
 			e.reactions[t] = st
 		}
 		if st.Episode == "" {
-			st.Episode = clip(v.episode, maxKeyLen)
+			st.Episode = clip.Marked(v.episode, maxKeyLen, truncated)
 			if st.Episode == "" {
 				st.Episode = string(t)
 			}
@@ -108,7 +110,7 @@ func (e *eval) react(t agentsv1alpha1.ReactionTrigger, r Reaction, st *agentsv1a
 		e.escalate(t, st, v, fmt.Sprintf("unresolved for %s (escalateAfter %s) after %d attempt(s)", e.now.Sub(start), r.EscalateAfter, st.Attempts))
 		return
 	}
-	key := clip(v.key(st), maxKeyLen)
+	key := clip.Marked(v.key(st), maxKeyLen, truncated)
 	switch {
 	case v.isNew(st.LastAttemptKey, key):
 		if r.Retries != nil && st.Attempts >= *r.Retries {
@@ -157,7 +159,7 @@ func (e *eval) followMerge(t agentsv1alpha1.ReactionTrigger, r Reaction, st *age
 		// judged when it is read.
 		return false
 	case MergeRefused:
-		e.escalate(t, st, v, "the forge refused the merge: "+clip(m.Error, 512))
+		e.escalate(t, st, v, "the forge refused the merge: "+clip.Marked(m.Error, 512, truncated))
 		return true
 	case MergeRetrying:
 		if e.now.Before(m.RetryAt) {
@@ -229,7 +231,7 @@ func (e *eval) attempt(t agentsv1alpha1.ReactionTrigger, r Reaction, st *agentsv
 		text, err := renderMessage(t, r.Message, data)
 		if err != nil {
 			e.reactionEvent(agentsv1alpha1.EventReactionTemplateFailed, agentsv1alpha1.PriorityWarning, agentsv1alpha1.ReasonTemplateFailed, t,
-				"The Project's "+string(t)+" message template failed, the built-in message was sent: "+clip(err.Error(), 512))
+				"The Project's "+string(t)+" message template failed, the built-in message was sent: "+clip.Marked(err.Error(), 512, truncated))
 		}
 		e.outbox = append(e.outbox, agentsv1alpha1.OutboxMessage{
 			ID: id, Source: agentsv1alpha1.MessageFromReaction, Trigger: t, Text: text, CreatedTime: ptr(metav1.NewTime(e.now)),

@@ -8,6 +8,8 @@ import (
 	"text/template"
 	"unicode/utf8"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/safetemplate"
 )
@@ -166,7 +168,7 @@ func renderMessage(t agentsv1alpha1.ReactionTrigger, custom string, data Message
 	if custom != "" {
 		text, err := execute(t, custom, data)
 		if err == nil {
-			return clip(text, MaxMessageBytes), nil
+			return clip.Marked(text, MaxMessageBytes, truncated), nil
 		}
 		customErr = err
 	}
@@ -176,7 +178,7 @@ func renderMessage(t agentsv1alpha1.ReactionTrigger, custom string, data Message
 		// and the agent still gets something to act on.
 		text = fmt.Sprintf("Shepherd reaction %s on pull request #%d needs your attention.", t, data.PullRequest.Number)
 	}
-	return clip(text, MaxMessageBytes), customErr
+	return clip.Marked(text, MaxMessageBytes, truncated), customErr
 }
 
 func execute(t agentsv1alpha1.ReactionTrigger, text string, data MessageData) (string, error) {
@@ -204,15 +206,5 @@ func tail(s string, n int) string {
 	return "…" + s[cut:]
 }
 
-// clip keeps the first n bytes of s, on a rune boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "\n…(truncated)"
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}
+// truncated marks a cut the engine made in text it stores or sends (clip.Marked).
+const truncated = "\n…(truncated)"

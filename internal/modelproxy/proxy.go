@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	"github.com/go-logr/logr"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -179,9 +181,9 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener) error {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ep, id, ok := route(p.kind, r)
 	if !ok {
-		p.log.V(1).Info("Refused unknown model API endpoint", "method", truncate(r.Method, 16), "path", truncate(r.URL.Path, 128))
+		p.log.V(1).Info("Refused unknown model API endpoint", "method", clip.Marked(r.Method, 16, "…"), "path", clip.Marked(r.URL.Path, 128, "…"))
 		writeError(w, p.kind, http.StatusNotFound, fmt.Sprintf("Shepherd: %s %q is not a model API endpoint the proxy forwards",
-			truncate(r.Method, 16), truncate(r.URL.Path, 128)))
+			clip.Marked(r.Method, 16, "…"), clip.Marked(r.URL.Path, 128, "…")))
 		return
 	}
 	if exhausted, why := p.Exhausted(); exhausted && ep.generation {
@@ -350,12 +352,4 @@ func relay(w http.ResponseWriter, body io.Reader, m *meter, cancel context.Cance
 			return err
 		}
 	}
-}
-
-// truncate bounds an untrusted string before it goes into a log line or an answer.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }

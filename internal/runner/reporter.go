@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
@@ -88,8 +90,8 @@ func (r *reporter) setActivity(state agentsv1alpha1.ActivityState, question, mes
 	changed := !r.activitySeen || r.activity.State != state || r.activity.Question != question || r.activity.Message != message ||
 		(exitCode != nil) != (r.activity.ExitCode != nil)
 	r.activitySeen = true
-	r.activity = runnerapi.ActivityReport{State: state, LastActivityTime: now, Question: agent.Truncate(question, 4096),
-		Message: agent.Truncate(message, 4096), ExitCode: exitCode}
+	r.activity = runnerapi.ActivityReport{State: state, LastActivityTime: now, Question: clip.To(question, 4096),
+		Message: clip.To(message, 4096), ExitCode: exitCode}
 	if changed {
 		r.queue = append(r.queue, r.snapshot(true))
 		r.dirty = false

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
 	"github.com/shepherd-dev/shepherd/internal/agenthost"
@@ -307,7 +309,7 @@ func (r *runner) reportPrepared(res workspace.Result) {
 		r.rep.workspace = workspaceReport(res.Facts, res.Path)
 		r.rep.workspace.Restored = res.Restored
 		r.rep.workspace.Setup = &runnerapi.SetupReport{State: res.Setup.State, FailedCommand: res.Setup.FailedCommand,
-			Error: agent.Truncate(res.Setup.Error, 4096)}
+			Error: clip.To(res.Setup.Error, 4096)}
 	})
 }
 
@@ -449,7 +451,7 @@ func (r *runner) republish(ctx context.Context) {
 
 // publishBlocked is the Blocked message for a publish that failed and will be retried.
 func publishBlocked(err error) string {
-	return agent.Truncate(err.Error(), 3000) + " (the runner retries it)"
+	return clip.To(err.Error(), 3000) + " (the runner retries it)"
 }
 
 func (r *runner) stopped() (int, error) {
@@ -558,7 +560,7 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 		r.rep.usage.Add(st.usage)
 		r.rep.turns++
 		if st.result != nil && st.result.Text != "" {
-			r.rep.summary = agent.Truncate(st.result.Text, 4096)
+			r.rep.summary = clip.To(st.result.Text, 4096)
 		}
 	})
 	pubErr := r.publish(ctx, headBefore, st)
@@ -716,7 +718,7 @@ func prTitle(t *runnerapi.Task) string {
 	if title == "" {
 		title = "Changes on " + t.Branch
 	}
-	return agent.Truncate(title, 256)
+	return clip.To(title, 256)
 }
 
 func prBody(t *runnerapi.Task, summary string) string {
@@ -733,7 +735,7 @@ func prBody(t *runnerapi.Task, summary string) string {
 		fmt.Fprintf(&b, "Resolves %s\n\n", ref)
 	}
 	b.WriteString("---\nOpened by Shepherd for the agent's work on this branch.")
-	return agent.Truncate(b.String(), 65536)
+	return clip.To(b.String(), 65536)
 }
 
 // push pushes the checkout's HEAD to the session's branch through the runner's git endpoint

@@ -3,6 +3,8 @@ package scm
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 )
 
@@ -20,25 +22,25 @@ const (
 func (pr *PullRequest) Status() agentsv1alpha1.PullRequestStatus {
 	st := agentsv1alpha1.PullRequestStatus{
 		Number:            int64(pr.Number),
-		URL:               truncate(pr.URL, maxStatusURL),
+		URL:               clip.To(pr.URL, maxStatusURL),
 		State:             agentsv1alpha1.PullRequestState(pr.State),
 		Draft:             pr.Draft,
-		HeadSHA:           truncate(pr.HeadSHA, 64),
-		BaseBranch:        truncate(pr.BaseRef, maxStatusBranch),
+		HeadSHA:           clip.To(pr.HeadSHA, 64),
+		BaseBranch:        clip.To(pr.BaseRef, maxStatusBranch),
 		Checks:            agentsv1alpha1.ChecksState(orDefault(string(pr.Checks.State), string(ChecksNone))),
-		ChecksSummary:     truncate(pr.Checks.Summary(), maxStatusSummary),
+		ChecksSummary:     clip.To(pr.Checks.Summary(), maxStatusSummary),
 		ReviewDecision:    agentsv1alpha1.ReviewDecision(orDefault(string(pr.ReviewDecision), string(ReviewNone))),
 		UnresolvedThreads: int32(min(len(pr.Threads), 1<<30)),
 		MergeState:        agentsv1alpha1.MergeState(orDefault(string(pr.MergeState), string(MergeStateUnknown))),
-		MergeCommitSHA:    truncate(pr.MergeCommitSHA, 64),
+		MergeCommitSHA:    clip.To(pr.MergeCommitSHA, 64),
 	}
 	for _, c := range pr.Checks.FailedChecks {
 		if len(st.FailedChecks) == maxStatusFailedChecks {
 			break
 		}
 		st.FailedChecks = append(st.FailedChecks, agentsv1alpha1.CheckRef{
-			Name: truncate(c.Name, maxStatusName),
-			URL:  truncate(c.URL, maxStatusURL),
+			Name: clip.To(c.Name, maxStatusName),
+			URL:  clip.To(c.URL, maxStatusURL),
 		})
 	}
 	if !pr.FetchedAt.IsZero() {
@@ -53,15 +55,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }

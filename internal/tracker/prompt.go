@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	"github.com/shepherd-dev/shepherd/internal/safetemplate"
 )
 
@@ -79,11 +81,11 @@ func NewPromptData(issue *Issue, project PromptProject, branch string) PromptDat
 	}
 	cut := make([]Comment, len(comments))
 	for i, c := range comments {
-		c.Body = clip(c.Body, maxPromptComment)
+		c.Body = clip.Marked(c.Body, maxPromptComment, " […]")
 		cut[i] = c
 	}
 	return PromptData{
-		Issue: PromptIssue{ID: issue.ID, Title: clip(issue.Title, 1024), Body: clip(issue.Body, maxPromptBody), URL: issue.URL,
+		Issue: PromptIssue{ID: issue.ID, Title: clip.Marked(issue.Title, 1024, " […]"), Body: clip.Marked(issue.Body, maxPromptBody, " […]"), URL: issue.URL,
 			Labels: labels, Comments: cut, OmittedComments: issue.OmittedComments},
 		Project: project,
 		Branch:  branch,
@@ -97,17 +99,6 @@ const (
 	// maxPromptLabels bounds the labels a template can range over (GitHub allows 100 an issue).
 	maxPromptLabels = 100
 )
-
-// clip cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + " […]"
-}
 
 // CheckPrompt checks a template for the Project controller before any session needs it: it must
 // parse and render an issue that has every field set (a field name that does not exist, a

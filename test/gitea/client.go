@@ -207,6 +207,14 @@ type ReviewComment struct {
 
 // Review submits a review: event APPROVED, REQUEST_CHANGES or COMMENT. It returns its id.
 func (c *Client) Review(ctx context.Context, owner, repo string, number int, event, body string, comments ...ReviewComment) (int64, error) {
+	return c.ReviewAt(ctx, owner, repo, number, "", event, body, comments...)
+}
+
+// ReviewAt submits a review of the pull request at head commit (Gitea's commit_id), as a
+// reviewer's browser does: without it Gitea records the commit of refs/pull/N/head, which it
+// updates asynchronously after a push, so a review sent right after a push may be recorded at
+// the previous head (and shown as stale). "" leaves the choice to Gitea.
+func (c *Client) ReviewAt(ctx context.Context, owner, repo string, number int, commit, event, body string, comments ...ReviewComment) (int64, error) {
 	cs := make([]map[string]any, 0, len(comments))
 	for _, rc := range comments {
 		cs = append(cs, map[string]any{"path": rc.Path, "new_position": rc.Line, "body": rc.Body})
@@ -214,9 +222,11 @@ func (c *Client) Review(ctx context.Context, owner, repo string, number int, eve
 	var r struct {
 		ID int64 `json:"id"`
 	}
-	err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/repos/%s/%s/pulls/%d/reviews", owner, repo, number), map[string]any{
-		"event": event, "body": body, "comments": cs,
-	}, &r)
+	req := map[string]any{"event": event, "body": body, "comments": cs}
+	if commit != "" {
+		req["commit_id"] = commit
+	}
+	err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/repos/%s/%s/pulls/%d/reviews", owner, repo, number), req, &r)
 	return r.ID, err
 }
 

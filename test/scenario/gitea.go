@@ -237,8 +237,14 @@ func (g *Gitea) RequestChanges(ctx context.Context, n int) error {
 	return err
 }
 
-// Approve submits the reviewer's approval, which replaces its rejection as its official review.
+// Approve submits the reviewer's approval of the pull request's current head, which replaces
+// its rejection as its official review. The head is named (as the browser does), since Shepherd
+// merges only on an approval of the head it merges.
 func (g *Gitea) Approve(ctx context.Context, n int) error {
-	_, err := g.review.Review(ctx, g.owner(), RepoName, n, "APPROVED", ApprovalBody)
+	pr, err := g.PullRequest(ctx, n)
+	if err != nil {
+		return err
+	}
+	_, err = g.review.ReviewAt(ctx, g.owner(), RepoName, n, pr.HeadSHA, "APPROVED", ApprovalBody)
 	return err
 }

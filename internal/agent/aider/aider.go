@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
 )
@@ -175,7 +177,7 @@ func (p *parser) Finish() []agent.Event {
 	if q := agent.QuestionFromText(reply); q != "" {
 		events = append(events, agent.Event{Kind: agent.KindQuestion, Text: q})
 	}
-	return append(events, agent.Event{Kind: agent.KindTurnResult, Text: agent.Truncate(reply, 4096)})
+	return append(events, agent.Event{Kind: agent.KindTurnResult, Text: clip.To(reply, 4096)})
 }
 
 // tokens reads aider's token counts: "42", "1,234", "3.0k".

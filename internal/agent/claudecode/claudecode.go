@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
 )
@@ -191,7 +193,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 					texts = append(texts, b.Text)
 				}
 			}
-			return []agent.Event{{Kind: agent.KindError, Text: agent.Truncate(strings.Join(texts, "\n"), 4096)}}
+			return []agent.Event{{Kind: agent.KindError, Text: clip.To(strings.Join(texts, "\n"), 4096)}}
 		}
 		for _, b := range msg.Content {
 			switch b.Type {
@@ -200,7 +202,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 					events = append(events, agent.Event{Kind: agent.KindText, Text: b.Text})
 				}
 			case "tool_use":
-				events = append(events, agent.Event{Kind: agent.KindToolUse, Tool: b.Name, Text: agent.Truncate(string(b.Input), 512)})
+				events = append(events, agent.Event{Kind: agent.KindToolUse, Tool: b.Name, Text: clip.To(string(b.Input), 512)})
 				if b.Name == AskTool {
 					if q := askQuestion(b.Input); q != "" {
 						events = append(events, agent.Event{Kind: agent.KindQuestion, Text: q})
@@ -284,7 +286,7 @@ func askQuestion(input json.RawMessage) string {
 			qs = append(qs, q.Question)
 		}
 	}
-	return agent.Truncate(strings.Join(qs, "\n"), 4096)
+	return clip.To(strings.Join(qs, "\n"), 4096)
 }
 
 func errorText(raw json.RawMessage) string {
@@ -295,5 +297,5 @@ func errorText(raw json.RawMessage) string {
 	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
-	return agent.Truncate(string(raw), 300)
+	return clip.To(string(raw), 300)
 }

@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
 )
@@ -188,7 +190,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 			return nil
 		}
 		if l.Item.Type == "command_execution" && l.Type == "item.started" {
-			return []agent.Event{active, {Kind: agent.KindToolUse, Tool: "command_execution", Text: agent.Truncate(l.Item.Command, 512)}}
+			return []agent.Event{active, {Kind: agent.KindToolUse, Tool: "command_execution", Text: clip.To(l.Item.Command, 512)}}
 		}
 		return []agent.Event{active}
 	case "item.completed":
@@ -219,7 +221,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 	case "error":
 		// Codex reports its own reconnect attempts here ("Reconnecting... 2/5 (...)"); the turn
 		// goes on. Any other error is final: turn.failed follows with the same message.
-		return []agent.Event{{Kind: agent.KindError, Retrying: strings.HasPrefix(l.Message, reconnecting), Text: agent.Truncate(l.Message, 4096)}}
+		return []agent.Event{{Kind: agent.KindError, Retrying: strings.HasPrefix(l.Message, reconnecting), Text: clip.To(l.Message, 4096)}}
 	}
 	return nil
 }
@@ -232,7 +234,7 @@ func (p *parser) completed(it item) []agent.Event {
 		return []agent.Event{active, {Kind: agent.KindText, Text: it.Text}}
 	case "command_execution":
 		if it.Status == "declined" {
-			return []agent.Event{{Kind: agent.KindError, Denied: true, Text: "command declined: " + agent.Truncate(it.Command, 300)}}
+			return []agent.Event{{Kind: agent.KindError, Denied: true, Text: "command declined: " + clip.To(it.Command, 300)}}
 		}
 		return []agent.Event{active}
 	case "file_change":
@@ -240,7 +242,7 @@ func (p *parser) completed(it item) []agent.Event {
 		for _, c := range it.Changes {
 			paths = append(paths, c.Kind+" "+c.Path)
 		}
-		return []agent.Event{active, {Kind: agent.KindToolUse, Tool: "file_change", Text: agent.Truncate(strings.Join(paths, ", "), 512)}}
+		return []agent.Event{active, {Kind: agent.KindToolUse, Tool: "file_change", Text: clip.To(strings.Join(paths, ", "), 512)}}
 	case "mcp_tool_call":
 		return []agent.Event{active, {Kind: agent.KindToolUse, Tool: it.Server + "." + it.Tool}}
 	case "web_search":

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
 )
@@ -216,7 +218,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 		if l.Part != nil {
 			ev := agent.Event{Kind: agent.KindToolUse, Tool: l.Part.Tool}
 			if l.Part.State != nil {
-				ev.Text = agent.Truncate(string(l.Part.State.Input), 512)
+				ev.Text = clip.To(string(l.Part.State.Input), 512)
 			}
 			events = append(events, active, ev)
 			if l.Part.State != nil && l.Part.State.Status == "error" && strings.Contains(l.Part.State.Error, "rejected") {
