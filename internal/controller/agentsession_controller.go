@@ -70,6 +70,13 @@ type sessionScope struct {
 	requeue  time.Duration
 	// removePod is the agent pod to delete once the decision is written.
 	removePod *corev1.Pod
+
+	// Read once at the start, for the decision and the status: the clock, the runner's last
+	// report, and the notification deliveries that finished.
+	now       time.Time
+	report    SessionReport
+	hasReport bool
+	delivered map[string]bool
 }
 
 // Reconcile follows the fixed shape. The lifecycle decision is computed in the steps; the defer
@@ -102,7 +109,13 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, nil
 	}
 	orig := sess.DeepCopy()
-	s := &sessionScope{sess: sess, key: req.NamespacedName}
+	s := &sessionScope{sess: sess, key: req.NamespacedName, now: r.now()}
+	s.report, s.hasReport = r.Reports.Get(s.key)
+	if r.Deliveries != nil {
+		// Results the status no longer lists are forgotten after a while (memory, not status).
+		r.Deliveries.settle(s.key, sess.Status.Notifications, s.now)
+		s.delivered = r.Deliveries.finished(s.key)
+	}
 	var recErr error
 	defer func() {
 		r.setStatus(ctx, s, recErr)
@@ -400,7 +413,7 @@ func (r *AgentSessionReconciler) observePod(ctx context.Context, s *sessionScope
 // decide gathers the evidence and asks the lifecycle engine.
 func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) error {
 	in := lifecycle.Input{
-		Now:        r.now(),
+		Now:        s.now,
 		Generation: s.sess.Generation,
 		Spec:       lifecycle.SpecEvidence{State: s.sess.Spec.State, Admitted: s.admitted, Messages: s.sess.Spec.Messages},
 		Settings:   s.settings,
@@ -415,8 +428,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 			in.Workspace.Message = c.Message
 		}
 	}
-	rep, ok := r.Reports.Get(s.key)
-	in.Runner = runnerEvidence(rep, ok)
+	in.Runner = runnerEvidence(s.report, s.hasReport)
 	in.Merge = r.merges.get(s.key)
 	// A merged session is not followed any more (the lifecycle holds Merged on its own).
 	if s.forge != nil && s.branch != "" && s.sess.Status.Phase != agentsv1alpha1.PhaseMerged {

@@ -16,20 +16,18 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/notify"
 )
 
-// setStatus writes the decision and the controller's own bookkeeping onto the status.
+// setStatus writes the decision and the controller's own bookkeeping onto the status. It is a
+// function of what the reconcile observed (the scope, gathered in its steps and at its start:
+// the clock, the runner's report, the finished notification deliveries) and changes nothing but
+// the object.
 func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, err error) {
 	st := &s.sess.Status
 	observed := st.ObservedGeneration
-	if r.Deliveries != nil {
-		r.Deliveries.settle(s.key, st.Notifications, time.Now())
-	}
 	if s.decision != nil {
 		lifecycle.Apply(st, *s.decision)
-		queueNotifications(st, s.project, notificationsOf(s.decision, r.now()))
+		queueNotifications(st, s.project, notificationsOf(s.decision, s.now))
 	}
-	if r.Deliveries != nil {
-		r.Deliveries.pruneDelivered(s.key, st)
-	}
+	pruneDelivered(st, s.delivered)
 	if s.branch != "" {
 		st.Branch = s.branch
 	}
@@ -47,8 +45,8 @@ func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, e
 		if st.Agent.Model == "" || s.agent.Model != "" {
 			st.Agent.Model = s.agent.Model
 		}
-		if rep, ok := r.Reports.Get(s.key); ok && rep.Agent.Model != "" {
-			st.Agent.Model = rep.Agent.Model
+		if s.hasReport && s.report.Agent.Model != "" {
+			st.Agent.Model = s.report.Agent.Model
 		}
 	}
 	if err != nil {

@@ -228,14 +228,26 @@ func queueNotifications(st *agentsv1alpha1.AgentSessionStatus, p *agentsv1alpha1
 	}
 }
 
+// finished lists the session's deliveries that finished (delivered, or given up on), by
+// deliveryKey: a snapshot, evidence for the status.
+func (d *deliveryResults) finished(session types.NamespacedName) map[string]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]bool, len(d.results[session]))
+	for k := range d.results[session] {
+		out[k] = true
+	}
+	return out
+}
+
 // pruneDelivered removes routes whose delivery finished (delivered, or given up on: the failure
-// is counted on the Project and logged) and entries with no route left.
-func (d *deliveryResults) pruneDelivered(key types.NamespacedName, st *agentsv1alpha1.AgentSessionStatus) {
+// is counted on the Project and logged) and entries with no route left. Pure.
+func pruneDelivered(st *agentsv1alpha1.AgentSessionStatus, finished map[string]bool) {
 	out := st.Notifications[:0]
 	for _, n := range st.Notifications {
 		var left []string
 		for _, r := range n.Routes {
-			if !d.done(key, n.ID, r) {
+			if !finished[deliveryKey(n.ID, r)] {
 				left = append(left, r)
 			}
 		}
