@@ -146,14 +146,6 @@ func (d *deliveryResults) release(key string) {
 	d.mu.Unlock()
 }
 
-// done reports whether a delivery finished (delivered, or given up on).
-func (d *deliveryResults) done(session types.NamespacedName, id, route string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	_, ok := d.results[session][deliveryKey(id, route)]
-	return ok
-}
-
 // settle forgets the results the session's status, as read, no longer lists, once resultTTL
 // has passed.
 func (d *deliveryResults) settle(session types.NamespacedName, read []agentsv1alpha1.PendingNotification, now time.Time) {
