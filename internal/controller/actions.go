@@ -7,13 +7,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shepherd-dev/shepherd/internal/clip"
-
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/clip"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
@@ -39,8 +42,9 @@ const (
 // that decision runs.
 type ActionHook func(ctx context.Context, point ActionPoint, session types.NamespacedName, a lifecycle.Action) error
 
-// actionRunner runs one action.
-type actionRunner func(ctx context.Context, s *sessionScope, a lifecycle.Action)
+// actionRunner runs one action. An edge action's runner records its own outcome as evidence and
+// returns nil; a level action's error is returned, said on the session and retried.
+type actionRunner func(ctx context.Context, s *sessionScope, a lifecycle.Action) error
 
 // actionTable is the one place that says who runs each action type.
 func (r *AgentSessionReconciler) actionTable() map[lifecycle.ActionType]actionRunner {
@@ -49,34 +53,124 @@ func (r *AgentSessionReconciler) actionTable() map[lifecycle.ActionType]actionRu
 		lifecycle.ActionSendToAgent: r.runWake,
 		// Notifications are queued in the status the decision wrote (status.notifications) and
 		// handed to the dispatcher for every route not yet delivered (dispatch).
-		lifecycle.ActionNotify:   r.runNotification,
-		lifecycle.ActionEscalate: r.runNotification,
+		lifecycle.ActionNotify:          r.runNotification,
+		lifecycle.ActionEscalate:        r.runNotification,
+		lifecycle.ActionCreatePod:       r.runCreatePod,
+		lifecycle.ActionDeletePod:       r.runDeletePod,
+		lifecycle.ActionReleaseWorktree: r.runReleaseWorktree,
 	}
 }
 
 // runActions runs the decision's actions, then hands every undelivered notification to the
-// dispatcher. It returns false when the action hook stopped it.
-func (r *AgentSessionReconciler) runActions(ctx context.Context, s *sessionScope) bool {
+// dispatcher. It returns false when the action hook stopped it, and the level actions' errors.
+func (r *AgentSessionReconciler) runActions(ctx context.Context, s *sessionScope) (bool, error) {
+	var errs []error
 	if s.decision != nil {
 		table := r.actionTable()
 		for _, a := range s.decision.Actions {
 			if !r.hook(ctx, BeforeAction, s.key, a) {
-				return false
+				return false, nil
 			}
 			run, ok := table[a.Type]
 			if !ok {
-				// The lifecycle's action table test keeps this from happening.
+				// TestActionTableRunsEveryAction keeps this from happening.
 				ctrl.LoggerFrom(ctx).Error(fmt.Errorf("no runner for action %s", a.Type), "Action dropped", "action", a.ID)
 				continue
 			}
-			run(ctx, s, a)
+			if err := run(ctx, s, a); err != nil {
+				errs = append(errs, err)
+			}
 			if !r.hook(ctx, AfterAction, s.key, a) {
-				return false
+				return false, nil
 			}
 		}
 	}
+	err := errors.Join(errs...)
+	if (err == nil) != (s.actionErr == nil) {
+		// The error the status shows changes: write it (or clear it) at once.
+		s.requeue = time.Millisecond
+	}
+	r.actionErrs.set(s.key, err)
 	r.dispatch(ctx, s)
-	return true
+	return true, err
+}
+
+// actionErrors is the last failed level action per session: evidence for the next status.
+type actionErrors struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]error
+}
+
+func (a *actionErrors) get(key types.NamespacedName) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.m[key]
+}
+
+// set records err (nil forgets).
+func (a *actionErrors) set(key types.NamespacedName, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil {
+		delete(a.m, key)
+		return
+	}
+	if a.m == nil {
+		a.m = map[types.NamespacedName]error{}
+	}
+	a.m[key] = err
+}
+
+// runCreatePod creates the session's agent pod. Its name is deterministic: a pod the cache had
+// not seen yet is found, not made twice.
+func (r *AgentSessionReconciler) runCreatePod(ctx context.Context, s *sessionScope, _ lifecycle.Action) error {
+	if s.project == nil || s.worktree == nil {
+		return nil
+	}
+	vol := worktreeVolume(s.project.Name, s.worktree, worktreeMode(s.worktree, s.project))
+	pod, err := r.agentPod(s.sess, s.project, s.worktree, vol, s.agent)
+	if err != nil {
+		return err
+	}
+	if err := controllerutil.SetControllerReference(s.sess, pod, r.Scheme); err != nil {
+		return fmt.Errorf("own agent pod: %w", err)
+	}
+	if err := r.Client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("create agent pod: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created agent pod", "pod", klog.KObj(pod), "image", pod.Spec.Containers[0].Image)
+	return nil
+}
+
+// runDeletePod deletes the agent pod the decision judged, by UID: a newer pod of the same name
+// (the cache behind) is never deleted for it.
+func (r *AgentSessionReconciler) runDeletePod(ctx context.Context, s *sessionScope, a lifecycle.Action) error {
+	if s.pod == nil || string(s.pod.UID) != a.PodUID || !s.pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	uid := s.pod.UID
+	if err := r.Client.Delete(ctx, s.pod, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete agent pod: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleted agent pod", "pod", klog.KObj(s.pod))
+	return nil
+}
+
+// runReleaseWorktree sets the session's own Worktree Absent (the Project's cleanup policy after
+// a merge): its checkout goes, the record and branch stay.
+func (r *AgentSessionReconciler) runReleaseWorktree(ctx context.Context, s *sessionScope, _ lifecycle.Action) error {
+	if s.worktree == nil || s.worktree.Spec.State == agentsv1alpha1.WorktreeAbsent {
+		return nil
+	}
+	patch := client.MergeFrom(s.worktree.DeepCopy())
+	s.worktree.Spec.State = agentsv1alpha1.WorktreeAbsent
+	if err := r.Client.Patch(ctx, s.worktree, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("set Worktree Absent after merge: %w", err)
+	}
+	return nil
 }
 
 func (r *AgentSessionReconciler) hook(ctx context.Context, p ActionPoint, key types.NamespacedName, a lifecycle.Action) bool {
@@ -92,16 +186,17 @@ func (r *AgentSessionReconciler) hook(ctx context.Context, p ActionPoint, key ty
 
 // runWake tells the runner channel that a message waits (its long poll returns at once). The
 // message itself is in status.messages.pending, written with the decision.
-func (r *AgentSessionReconciler) runWake(_ context.Context, s *sessionScope, _ lifecycle.Action) {
+func (r *AgentSessionReconciler) runWake(_ context.Context, s *sessionScope, _ lifecycle.Action) error {
 	if r.Wake != nil {
 		r.Wake(s.key)
 	}
+	return nil
 }
 
 // runNotification hands the notification the action queued to the dispatcher.
-func (r *AgentSessionReconciler) runNotification(ctx context.Context, s *sessionScope, a lifecycle.Action) {
+func (r *AgentSessionReconciler) runNotification(ctx context.Context, s *sessionScope, a lifecycle.Action) error {
 	if r.Notifier == nil || s.project == nil {
-		return
+		return nil
 	}
 	for _, n := range s.sess.Status.Notifications {
 		if n.ID != clip.To(a.ID, 128) {
@@ -111,6 +206,7 @@ func (r *AgentSessionReconciler) runNotification(ctx context.Context, s *session
 			r.enqueue(ctx, s, n, route)
 		}
 	}
+	return nil
 }
 
 // Merge back-off after a transient failure: 2 s, doubling, at most 5 minutes (or the forge's own
@@ -151,14 +247,14 @@ func (m *mergeRecords) forget(key types.NamespacedName) {
 
 // runMerge asks the forge to merge at the head the lifecycle approved, once per head while the
 // record says it is under way or done, and records the outcome for the next decision.
-func (r *AgentSessionReconciler) runMerge(ctx context.Context, s *sessionScope, a lifecycle.Action) {
+func (r *AgentSessionReconciler) runMerge(ctx context.Context, s *sessionScope, a lifecycle.Action) error {
 	if s.forge == nil {
-		return
+		return nil
 	}
 	prev := r.merges.get(s.key)
 	if prev.For(a.PullRequestNumber, a.ExpectedHeadSHA) &&
 		(prev.Outcome == lifecycle.MergeInFlight || prev.Outcome == lifecycle.MergeSucceeded || prev.Outcome == lifecycle.MergeRefused) {
-		return
+		return nil
 	}
 	rec := lifecycle.MergeEvidence{PullRequestNumber: a.PullRequestNumber, HeadSHA: a.ExpectedHeadSHA, Outcome: lifecycle.MergeInFlight, Attempts: 1}
 	if prev.For(a.PullRequestNumber, a.ExpectedHeadSHA) {
@@ -183,7 +279,7 @@ func (r *AgentSessionReconciler) runMerge(ctx context.Context, s *sessionScope, 
 	case lifecycle.MergeRetrying:
 		log.Info("Merge failed for now; retrying", "error", err.Error(), "retryAt", rec.RetryAt)
 		s.requeue = rec.RetryAt.Sub(now)
-		return
+		return nil
 	case lifecycle.MergeHeadMoved:
 		log.Info("Merge refused: the head moved", "error", err.Error())
 	default:
@@ -195,6 +291,7 @@ func (r *AgentSessionReconciler) runMerge(ctx context.Context, s *sessionScope, 
 		s.requeue = time.Millisecond
 	}
 	r.Hub.Notify(scm.Hint{Repo: s.forge.Repo, Event: "merge", Numbers: []int{int(a.PullRequestNumber)}})
+	return nil
 }
 
 // mergeOutcome classifies the forge's answer to a merge call. Pure.

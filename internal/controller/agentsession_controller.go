@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -49,6 +48,8 @@ type AgentSessionReconciler struct {
 
 	// merges is the merge runner's record per session, evidence for the next decision.
 	merges mergeRecords
+	// actionErrs is the last failed level action per session.
+	actionErrs actionErrors
 }
 
 // sessionScope is what one session reconcile observed and decided.
@@ -68,8 +69,6 @@ type sessionScope struct {
 	nodeLost bool
 	decision *lifecycle.Decision
 	requeue  time.Duration
-	// removePod is the agent pod to delete once the decision is written.
-	removePod *corev1.Pod
 
 	// Read once at the start, for the decision and the status: the clock, the runner's last
 	// report, and the notification deliveries that finished.
@@ -77,6 +76,9 @@ type sessionScope struct {
 	report    SessionReport
 	hasReport bool
 	delivered map[string]bool
+	// actionErr is the error of the last reconcile's level action (a pod that could not be
+	// created), said in this status until an action succeeds.
+	actionErr error
 }
 
 // Reconcile follows the fixed shape. The lifecycle decision is computed in the steps; the defer
@@ -88,6 +90,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.Hub.Forget(req.NamespacedName)
 			r.Reports.Forget(req.NamespacedName)
 			r.merges.forget(req.NamespacedName)
+			r.actionErrs.set(req.NamespacedName, nil)
 			if r.Deliveries != nil {
 				r.Deliveries.forget(req.NamespacedName)
 			}
@@ -111,6 +114,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	orig := sess.DeepCopy()
 	s := &sessionScope{sess: sess, key: req.NamespacedName, now: r.now()}
 	s.report, s.hasReport = r.Reports.Get(s.key)
+	s.actionErr = r.actionErrs.get(s.key)
 	if r.Deliveries != nil {
 		// Results the status no longer lists are forgotten after a while (memory, not status).
 		r.Deliveries.settle(s.key, sess.Status.Notifications, s.now)
@@ -129,11 +133,13 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.Hub.Forget(s.key)
 		}
 		r.observe(s, orig)
-		if !r.afterWrite(ctx, s, orig) {
+		ran, actionErr := r.afterWrite(ctx, s, orig)
+		if !ran {
 			return // stopped at an action point, as a crash would
 		}
-		if err := r.removePod(ctx, s); err != nil {
-			res, retErr = ctrl.Result{}, errors.Join(recErr, err)
+		if actionErr != nil {
+			// Said on the session by the next reconcile (actionErrs); retried with back-off.
+			res, retErr = ctrl.Result{}, errors.Join(recErr, actionErr)
 			return
 		}
 		requeue := s.requeue
@@ -151,8 +157,6 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.reconcileWorktree,
 		r.observePod,
 		r.decide,
-		r.reconcilePod,
-		r.reconcileCleanup,
 	} {
 		if recErr = step(ctx, s); recErr != nil {
 			break
@@ -420,9 +424,13 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		Pod:        podEvidence(s.pod, s.nodeLost),
 		Previous:   s.sess.Status,
 	}
+	in.Workspace.Own = s.sess.Spec.WorktreeRef == nil
+	in.Workspace.RemoveAfterMerge = s.project.Spec.Cleanup != nil && s.project.Spec.Cleanup.WorktreeAfterMerge == agentsv1alpha1.WorktreeRemove
 	if s.sess.Spec.WorktreeRef != nil && !s.wtFound {
 		in.Workspace.NotFound = true
 	} else if s.worktree != nil {
+		in.Workspace.Exists = s.wtFound
+		in.Workspace.Absent = s.worktree.Spec.State == agentsv1alpha1.WorktreeAbsent
 		in.Workspace.Phase = s.worktree.Status.Phase
 		if c := findCondition(s.worktree.Status.Conditions, agentsv1alpha1.ConditionReady); c != nil {
 			in.Workspace.Message = c.Message
@@ -465,88 +473,6 @@ func webhookPollInterval(p *agentsv1alpha1.Project) time.Duration {
 	return max(min(10*poll, time.Hour), poll)
 }
 
-// reconcilePod keeps the agent pod in step with the decision. It creates the pod when the
-// lifecycle spawns the agent (a new session, a restore, an agent whose pod was declared lost
-// after the grace), or when messages wait for an agent that is gone (an agent that exited while
-// its pull request is open is restored by the next message for it). A pod that vanished is not
-// replaced before the grace has run out: until then the lifecycle holds the phase.
-//
-// Removing a pod destroys evidence (the runner's exit report is only believed for the current
-// pod, the container's state goes with it), so a pod is only marked here and deleted after the
-// decision that calls for it has been written (removePod), never on the strength of a decision
-// the API server may still refuse.
-func (r *AgentSessionReconciler) reconcilePod(ctx context.Context, s *sessionScope) error {
-	d := s.decision
-	live := s.admitted && s.sess.Spec.State != agentsv1alpha1.SessionStopped && !d.Phase.IsTerminal() &&
-		d.Phase != agentsv1alpha1.PhaseQueued && s.wtFound
-	needAgent := d.Phase == agentsv1alpha1.PhaseSpawning || messagesWaiting(s.sess.Status.Messages, d.Outbox)
-	if s.pod != nil {
-		finished := s.pod.Status.Phase == corev1.PodSucceeded || s.pod.Status.Phase == corev1.PodFailed
-		// An Errored session keeps its finished pod, so that `kubectl logs` shows why; it holds
-		// no resources, and goes with the session or when the session runs again.
-		keepForDiagnosis := finished && d.Phase == agentsv1alpha1.PhaseErrored && s.sess.Spec.State != agentsv1alpha1.SessionStopped
-		if (!live && !keepForDiagnosis) || (finished && needAgent) {
-			s.removePod = s.pod
-		}
-		return nil
-	}
-	if !live || !needAgent {
-		return nil
-	}
-	if s.worktree.Status.Phase == agentsv1alpha1.WorktreeFailed || s.worktree.Status.Phase == agentsv1alpha1.WorktreeRemoving ||
-		s.worktree.Status.Phase == agentsv1alpha1.WorktreeRemoved {
-		return nil // the lifecycle reports the workspace problem
-	}
-	vol := worktreeVolume(s.project.Name, s.worktree, worktreeMode(s.worktree, s.project))
-	pod, err := r.agentPod(s.sess, s.project, s.worktree, vol, s.agent)
-	if err != nil {
-		return err
-	}
-	if err := controllerutil.SetControllerReference(s.sess, pod, r.Scheme); err != nil {
-		return fmt.Errorf("own agent pod: %w", err)
-	}
-	if err := r.Client.Create(ctx, pod); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil // the cache had not seen it yet
-		}
-		return fmt.Errorf("create agent pod: %w", err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Created agent pod", "pod", klogRef(pod), "image", pod.Spec.Containers[0].Image)
-	s.pod = pod
-	return nil
-}
-
-// messagesWaiting reports whether messages wait for the agent once the decision is applied.
-func messagesWaiting(m agentsv1alpha1.MessagesStatus, outbox []agentsv1alpha1.OutboxMessage) bool {
-	if len(outbox) > 0 {
-		return true
-	}
-	for _, p := range m.Pending {
-		if !slices.Contains(m.Delivered, p.ID) {
-			return true
-		}
-	}
-	return false
-}
-
-// removePod deletes the pod reconcilePod marked, once the decision is written.
-func (r *AgentSessionReconciler) removePod(ctx context.Context, s *sessionScope) error {
-	if s.removePod == nil {
-		return nil
-	}
-	return r.deletePod(ctx, s.removePod)
-}
-
-func (r *AgentSessionReconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
-	if !pod.DeletionTimestamp.IsZero() {
-		return nil
-	}
-	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete agent pod: %w", err)
-	}
-	return nil
-}
-
 func worktreeMode(wt *agentsv1alpha1.Worktree, p *agentsv1alpha1.Project) agentsv1alpha1.WorkspaceMode {
 	switch {
 	case wt.Spec.Mode != "":
@@ -557,22 +483,6 @@ func worktreeMode(wt *agentsv1alpha1.Worktree, p *agentsv1alpha1.Project) agents
 		return p.Spec.Workspace.Mode
 	}
 	return agentsv1alpha1.WorkspaceWorktree
-}
-
-// reconcileCleanup applies the Project's cleanup policy once the pull request merged: the
-// session's own Worktree is kept, or set Absent (its checkout goes, the record and branch stay).
-func (r *AgentSessionReconciler) reconcileCleanup(ctx context.Context, s *sessionScope) error {
-	if s.decision.Phase != agentsv1alpha1.PhaseMerged || s.sess.Spec.WorktreeRef != nil || s.worktree == nil ||
-		s.project.Spec.Cleanup == nil || s.project.Spec.Cleanup.WorktreeAfterMerge != agentsv1alpha1.WorktreeRemove ||
-		s.worktree.Spec.State == agentsv1alpha1.WorktreeAbsent || s.pod != nil && s.pod.DeletionTimestamp.IsZero() {
-		return nil
-	}
-	patch := client.MergeFrom(s.worktree.DeepCopy())
-	s.worktree.Spec.State = agentsv1alpha1.WorktreeAbsent
-	if err := r.Client.Patch(ctx, s.worktree, patch); err != nil {
-		return fmt.Errorf("set Worktree Absent after merge: %w", err)
-	}
-	return nil
 }
 
 // SetupWithManager watches sessions, their pods and Worktrees, the Projects they name, and the

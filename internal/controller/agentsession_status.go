@@ -21,6 +21,9 @@ import (
 // the clock, the runner's report, the finished notification deliveries) and changes nothing but
 // the object.
 func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, err error) {
+	if err == nil {
+		err = s.actionErr
+	}
 	st := &s.sess.Status
 	observed := st.ObservedGeneration
 	if s.decision != nil {
@@ -110,8 +113,9 @@ func notificationsOf(d *lifecycle.Decision, now time.Time) []agentsv1alpha1.Pend
 }
 
 // afterWrite runs once the status is written: the log line and events of the decision, then its
-// actions (actions.go). It returns false when the action hook stopped it.
-func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope, orig *agentsv1alpha1.AgentSession) bool {
+// actions (actions.go). It returns false when the action hook stopped it, and the level
+// actions' error.
+func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope, orig *agentsv1alpha1.AgentSession) (bool, error) {
 	if d := s.decision; d != nil {
 		if orig.Status.Phase != d.Phase {
 			ctrl.LoggerFrom(ctx).Info("Phase changed", "from", orig.Status.Phase, "to", d.Phase, "reason", d.Reason)

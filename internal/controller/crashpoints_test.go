@@ -8,8 +8,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
@@ -106,6 +108,26 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 			Expect(runnerapi.IsStatus(err, http.StatusConflict)).To(BeTrue(), "a second ack is refused: %v", err)
 			Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Messages.Delivered", ConsistOf(msgs[0].ID)))
 			Expect(a.status().Reactions).To(ContainElement(And(HaveField("Trigger", agentsv1alpha1.TriggerCIFailed), HaveField("Attempts", int32(1)))))
+		})
+	}
+
+	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+		It("makes one agent pod when the manager dies at "+string(point)+" of creating it", func() {
+			w := newWorld()
+			create(w.project().Obj())
+			a := w.agent("pod-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			hit := crashAt(lifecycle.ActionCreatePod, point, objKey(w.ns, a.name))
+			create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix it").Obj())
+			Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
+			mgr.stop()
+			mgr.actionHook.Store(nil)
+			mgr.start()
+			a.start()
+			a.report(agentsv1alpha1.ActivityActive)
+			a.expect(agentsv1alpha1.PhaseWorking)
+			var pods corev1.PodList
+			Expect(k8sClient.List(ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{agentsv1alpha1.LabelSession: a.name})).To(Succeed())
+			Expect(pods.Items).To(ConsistOf(HaveField("Name", a.podName())), "one pod, by its deterministic name")
 		})
 	}
 

@@ -164,28 +164,54 @@ var _ = Describe("A Worktree whose volume is gone", func() {
 	})
 })
 
+// noQuota makes a ResourceQuota that admits none of res in ns, playing the quota controller
+// (envtest runs none) so that admission enforces it.
+func noQuota(ns, name string, res corev1.ResourceName) *corev1.ResourceQuota {
+	GinkgoHelper()
+	q := &corev1.ResourceQuota{ObjectMeta: objMeta(ns, name), Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{res: resource.MustParse("0")}}}
+	create(q)
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{res: resource.MustParse("0")}}
+	Expect(k8sClient.Status().Update(ctx, q)).To(Succeed())
+	return q
+}
+
 var _ = Describe("observedGeneration", func() {
 	It("moves only when a reconcile of that generation had no error", func() {
 		w := newWorld()
 		create(w.project().Obj())
 		Eventually(projectConditions(w.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
-		By("a quota that admits no pod: the agent pod cannot be created")
-		quota := &corev1.ResourceQuota{ObjectMeta: objMeta(w.ns, "no-pods"),
-			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
-		create(quota)
-		// envtest runs no quota controller: play it, so that admission enforces the quota.
-		quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
-		Expect(k8sClient.Status().Update(ctx, quota)).To(Succeed())
+		By("a quota that admits no Worktree: the session's own Worktree cannot be made")
+		quota := noQuota(w.ns, "no-worktrees", "count/worktrees.agents.shepherd.dev")
 		create(MakeSession("quota", w.ns, "widgets").Prompt("Fix it").Obj())
 		Eventually(sessionStatus(w.ns, "quota")).Should(HaveField("Conditions",
 			HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, agentsv1alpha1.ReasonReconcileError)))
 		st := sessionStatus(w.ns, "quota")()
-		Expect(st.ObservedGeneration).To(BeZero(), "the pod the spec asks for was not made")
+		Expect(st.ObservedGeneration).To(BeZero(), "the Worktree the spec asks for was not made")
 		Expect(findCond(st.Conditions, agentsv1alpha1.ConditionReady).Message).To(ContainSubstring("quota"))
 
-		By("the quota goes: the pod is made, and the generation is observed")
+		By("the quota goes: the Worktree is made, and the generation is observed")
 		Expect(k8sClient.Delete(ctx, quota)).To(Succeed())
-		Eventually(podExists(w.ns, "quota-agent")).WithTimeout(30 * time.Second).Should(BeTrue())
-		Eventually(func() int64 { return sessionStatus(w.ns, "quota")().ObservedGeneration }).Should(Equal(int64(1)))
+		Eventually(func() int64 { return sessionStatus(w.ns, "quota")().ObservedGeneration }).WithTimeout(30 * time.Second).Should(Equal(int64(1)))
+	})
+})
+
+var _ = Describe("A level action that fails", func() {
+	It("is said on the session with the API server's answer and retried until it succeeds", func() {
+		w := newWorld()
+		create(w.project().Obj())
+		Eventually(projectConditions(w.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
+		By("a quota that admits no pod: the agent pod cannot be created")
+		quota := noQuota(w.ns, "no-pods", corev1.ResourcePods)
+		create(MakeSession("podquota", w.ns, "widgets").Prompt("Fix it").Obj())
+		Eventually(sessionStatus(w.ns, "podquota")).Should(HaveField("Conditions",
+			HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, agentsv1alpha1.ReasonReconcileError)))
+		Expect(findCond(sessionStatus(w.ns, "podquota")().Conditions, agentsv1alpha1.ConditionReady).Message).To(
+			And(ContainSubstring("create agent pod"), ContainSubstring("quota")))
+
+		By("the quota goes: the pod is made and the error is no longer said")
+		Expect(k8sClient.Delete(ctx, quota)).To(Succeed())
+		Eventually(podExists(w.ns, "podquota-agent")).WithTimeout(30 * time.Second).Should(BeTrue())
+		Eventually(sessionStatus(w.ns, "podquota")).Should(HaveField("Conditions",
+			Not(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, agentsv1alpha1.ReasonReconcileError))))
 	})
 })

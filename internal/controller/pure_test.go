@@ -862,14 +862,6 @@ func TestWorktreePod(t *testing.T) {
 		"remove", "--mode=Worktree", "--path=/shepherd/workspace/worktrees/feature"})))))
 }
 
-func TestMessagesWaiting(t *testing.T) {
-	g := NewWithT(t)
-	g.Expect(messagesWaiting(agentsv1alpha1.MessagesStatus{}, nil)).To(BeFalse())
-	g.Expect(messagesWaiting(agentsv1alpha1.MessagesStatus{}, []agentsv1alpha1.OutboxMessage{{ID: "a"}})).To(BeTrue())
-	g.Expect(messagesWaiting(agentsv1alpha1.MessagesStatus{Pending: []agentsv1alpha1.OutboxMessage{{ID: "a"}}}, nil)).To(BeTrue())
-	g.Expect(messagesWaiting(agentsv1alpha1.MessagesStatus{Pending: []agentsv1alpha1.OutboxMessage{{ID: "a"}}, Delivered: []string{"a"}}, nil)).To(BeFalse())
-}
-
 func TestNodeLost(t *testing.T) {
 	now := t0
 	node := func(status corev1.ConditionStatus, since time.Duration) *corev1.Node {

@@ -154,7 +154,7 @@ func TestConditionsNameTheCause(t *testing.T) {
 		down := withPR(t0.Add(time.Minute), PullRequestEvidence{ForgeError: "GET /graphql: 500 Internal Server Error", ForgeErrorReason: agentsv1alpha1.ReasonForgeUnavailable})
 		d := s.step(down)
 		g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseCIFailed), "the pull request it knew is kept")
-		g.Expect(d.Actions).To(BeEmpty())
+		g.Expect(edge(d)).To(BeEmpty())
 		rec, ok := cond(d, agentsv1alpha1.ConditionReconciling)
 		g.Expect(ok).To(BeTrue())
 		g.Expect(rec.Reason).To(Equal(agentsv1alpha1.ReasonForgeUnavailable))

@@ -89,6 +89,8 @@ func Decide(in Input) Decision {
 	e.runReactions()
 	e.builtinNotifications()
 	e.transitionEvents()
+	e.podActions()
+	e.worktreeActions()
 	return e.decision()
 }
 

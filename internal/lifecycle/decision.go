@@ -89,10 +89,28 @@ const (
 	// Fields: ID, Trigger, Event (reaction.escalated), Reason, Priority, Text, Attempt (attempts
 	// made).
 	ActionEscalate ActionType = "Escalate"
+	// ActionCreatePod creates the session's agent pod (its name is deterministic: a second
+	// create finds it). Fields: ID.
+	ActionCreatePod ActionType = "CreatePod"
+	// ActionDeletePod deletes the agent pod PodUID (a precondition on the UID: a newer pod of
+	// the same name is never deleted for an older one). Fields: ID, PodUID.
+	ActionDeletePod ActionType = "DeletePod"
+	// ActionReleaseWorktree sets the session's own Worktree Absent after its pull request
+	// merged (the Project's cleanup policy): its checkout goes, the record and branch stay.
+	// Fields: ID.
+	ActionReleaseWorktree ActionType = "ReleaseWorktree"
 )
 
 // ActionTypes lists every action type, in the order docs/architecture.md lists them.
-var ActionTypes = []ActionType{ActionMerge, ActionSendToAgent, ActionNotify, ActionEscalate}
+var ActionTypes = []ActionType{ActionMerge, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree}
+
+// Level reports whether an action follows the state of the world rather than an event: it is
+// asked for in every decision while the evidence calls for it (a pod that should exist and does
+// not), and made safe to repeat by the API server (a deterministic name, a UID precondition, a
+// state to set), not by a key in status.
+func (t ActionType) Level() bool {
+	return t == ActionCreatePod || t == ActionDeletePod || t == ActionReleaseWorktree
+}
 
 // Action is one thing the controller must do. Only the fields its Type lists are set.
 type Action struct {
@@ -112,4 +130,5 @@ type Action struct {
 	MergeMethod       agentsv1alpha1.MergeMethod
 	PullRequestNumber int64
 	ExpectedHeadSHA   string
+	PodUID            string
 }

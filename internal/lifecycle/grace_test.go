@@ -24,7 +24,7 @@ func TestOneMissingObservationDoesNotDeclareTheAgentGone(t *testing.T) {
 	g.Expect(d.Reason).To(Equal(agentsv1alpha1.ReasonSignalGrace))
 	g.Expect(d.Grace).To(Equal(&agentsv1alpha1.GraceStatus{Signal: signalPod, Since: mt(t0), Observations: 1}))
 	g.Expect(d.Events).To(BeEmpty())
-	g.Expect(d.Actions).To(BeEmpty())
+	g.Expect(edge(d)).To(BeEmpty())
 	g.Expect(d.RequeueAfter).To(Equal(40*time.Second), "the next observation slot of 2m/3")
 	running, _ := cond(d, agentsv1alpha1.ConditionAgentRunning)
 	g.Expect(running.Status).To(BeEquivalentTo("Unknown"))

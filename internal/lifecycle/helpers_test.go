@@ -27,7 +27,7 @@ func running() Input {
 		Now:        t0,
 		Generation: 3,
 		Spec:       SpecEvidence{State: agentsv1alpha1.SessionRunning, Admitted: true},
-		Workspace:  WorkspaceEvidence{Phase: agentsv1alpha1.WorktreeReady},
+		Workspace:  WorkspaceEvidence{Phase: agentsv1alpha1.WorktreeReady, Exists: true, Own: true},
 		Pod:        PodEvidence{Exists: true, UID: "pod-1", Phase: PodRunning, ContainerRunning: true},
 		Runner: RunnerEvidence{
 			Reported: true, PodUID: "pod-1", ReportTime: t0, State: agentsv1alpha1.ActivityActive,
@@ -214,4 +214,16 @@ func cond(d Decision, t string) (metav1.Condition, bool) {
 		}
 	}
 	return metav1.Condition{}, false
+}
+
+// edge is the decision's actions without the level ones (the agent pod, the Worktree), which
+// follow the state of the world in every decision and are not what a reaction test is about.
+func edge(d Decision) []Action {
+	var out []Action
+	for _, a := range d.Actions {
+		if !a.Type.Level() {
+			out = append(out, a)
+		}
+	}
+	return out
 }

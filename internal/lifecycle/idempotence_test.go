@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -47,9 +48,14 @@ func checkIdempotent(t testing.TB, in Input) {
 	again.Previous = written
 	again.Merge = ranActions(in.Merge, first)
 	second := Decide(again)
-	if len(second.Events) > 0 || len(second.Actions) > 0 {
+	// Level actions (the pod, the Worktree) are asked for again while the world is as it was:
+	// the API server makes them safe to repeat. Nothing else may repeat.
+	if len(second.Events) > 0 || len(edge(second)) > 0 {
 		t.Fatalf("deciding again on the same evidence produced events %v and actions %v (first decision: phase %s, events %v)",
-			eventTypes(second), second.Actions, first.Phase, eventTypes(first))
+			eventTypes(second), edge(second), first.Phase, eventTypes(first))
+	}
+	if a, b := levelActions(first), levelActions(second); !reflect.DeepEqual(a, b) {
+		t.Fatalf("the level actions changed on the same evidence: %v, then %v", a, b)
 	}
 	if second.Phase != first.Phase {
 		t.Fatalf("deciding again moved the phase from %s to %s", first.Phase, second.Phase)
@@ -147,4 +153,14 @@ func TestRestartKeepsAttempts(t *testing.T) {
 	d := s.step(withPR(t0.Add(10*time.Minute), failing(openPR(), shaC)))
 	g.Expect(actionsOf(d, ActionEscalate)).To(HaveLen(1))
 	g.Expect(actionsOf(d, ActionSendToAgent)).To(BeEmpty())
+}
+
+func levelActions(d Decision) []ActionType {
+	var out []ActionType
+	for _, a := range d.Actions {
+		if a.Type.Level() {
+			out = append(out, a.Type)
+		}
+	}
+	return out
 }

@@ -52,6 +52,17 @@ type WorkspaceEvidence struct {
 	NotFound bool
 	// Message from the Worktree's status, quoted in conditions.
 	Message string
+	// Exists is true when the session's Worktree exists (its own, or the one spec.worktreeRef
+	// names).
+	Exists bool
+	// Own is true when the Worktree is the session's own (not named by spec.worktreeRef).
+	Own bool
+	// Absent is true when the Worktree's spec.state is Absent (its checkout is being or was
+	// removed).
+	Absent bool
+	// RemoveAfterMerge is the Project's cleanup policy: the session's own Worktree is set Absent
+	// once its pull request merged (spec.cleanup.worktreeAfterMerge Remove).
+	RemoveAfterMerge bool
 }
 
 // PodPhase mirrors the Kubernetes pod phase, so that this package does not import k8s.io/api.

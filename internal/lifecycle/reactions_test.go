@@ -43,19 +43,19 @@ func TestCIFailureEpisode(t *testing.T) {
 
 	// 2. The same failure seen again: nothing new.
 	d = s.step(withPR(at(1), failing(openPR(), shaA)))
-	g.Expect(d.Actions).To(BeEmpty())
+	g.Expect(edge(d)).To(BeEmpty())
 	g.Expect(d.Events).To(BeEmpty())
 
 	// 2b. CI re-runs on the same head (pending again) and fails again: the same attempt.
-	g.Expect(s.step(withPR(at(2), pending(openPR(), shaA))).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(withPR(at(2), pending(openPR(), shaA))))).To(BeEmpty())
 	d = s.step(withPR(at(3), failing(openPR(), shaA)))
-	g.Expect(d.Actions).To(BeEmpty(), "a re-run on the same head is not a new attempt")
+	g.Expect(edge(d)).To(BeEmpty(), "a re-run on the same head is not a new attempt")
 	g.Expect(s.reaction(agentsv1alpha1.TriggerCIFailed)).To(And(HaveField("Episode", shaA), HaveField("Attempts", int32(1))))
 
 	// 3. The agent pushed B; checks pending between pushes do not reset the episode.
 	d = s.step(withPR(at(5), pending(openPR(), shaB)))
 	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseReviewPending))
-	g.Expect(d.Actions).To(BeEmpty())
+	g.Expect(edge(d)).To(BeEmpty())
 	g.Expect(s.reaction(agentsv1alpha1.TriggerCIFailed)).To(And(HaveField("Episode", shaA), HaveField("Attempts", int32(1))))
 
 	// 4. B fails too: a second attempt of the same episode, and the fix is reported as failed.
@@ -83,7 +83,7 @@ func TestCIFailureEpisode(t *testing.T) {
 
 	// 6. D fails as well: the episode belongs to humans now; no more messages, no second escalation.
 	d = s.step(withPR(at(20), failing(openPR(), shaD)))
-	g.Expect(d.Actions).To(BeEmpty())
+	g.Expect(edge(d)).To(BeEmpty())
 	g.Expect(s.reaction(agentsv1alpha1.TriggerCIFailed)).To(And(HaveField("Attempts", int32(2)), HaveField("Escalated", true)))
 
 	// 7. Checks pass: the episode ends.
@@ -110,7 +110,7 @@ func TestCIFailureEscalatesAfterDuration(t *testing.T) {
 	g.Expect(d.RequeueAfter).To(Equal(20 * time.Minute))
 
 	in.Now = t0.Add(19 * time.Minute)
-	g.Expect(s.step(in).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(in))).To(BeEmpty())
 
 	in.Now = t0.Add(20 * time.Minute)
 	d = s.step(in)
@@ -118,7 +118,7 @@ func TestCIFailureEscalatesAfterDuration(t *testing.T) {
 	g.Expect(actionsOf(d, ActionEscalate)[0].Text).To(ContainSubstring("escalateAfter 20m0s"))
 
 	in.Now = t0.Add(50 * time.Minute)
-	g.Expect(s.step(in).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(in))).To(BeEmpty())
 }
 
 func TestCIFailureWithoutFreshPullRequestChangesNothing(t *testing.T) {
@@ -130,7 +130,7 @@ func TestCIFailureWithoutFreshPullRequestChangesNothing(t *testing.T) {
 	in := withPR(t0.Add(time.Hour), PullRequestEvidence{}) // the forge was not read
 	d := s.step(in)
 	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseCIFailed))
-	g.Expect(d.Actions).To(BeEmpty())
+	g.Expect(edge(d)).To(BeEmpty())
 	g.Expect(s.reaction(agentsv1alpha1.TriggerCIFailed)).To(Equal(before))
 }
 
@@ -161,9 +161,9 @@ func TestChangesRequestedForwardsEachNewSetOnce(t *testing.T) {
 	g.Expect(eventTypes(d)).To(ContainElements(agentsv1alpha1.EventReviewChangesRequested, agentsv1alpha1.EventReviewCommentsSent))
 
 	// Seen again: nothing.
-	g.Expect(s.step(withPR(at(2), threadsPR(thread1, thread2))).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(withPR(at(2), threadsPR(thread1, thread2))))).To(BeEmpty())
 	// One thread resolved: the set shrank, nothing new to say.
-	g.Expect(s.step(withPR(at(4), threadsPR(thread2))).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(withPR(at(4), threadsPR(thread2))))).To(BeEmpty())
 	// A new thread: only it is sent, the still-open one is counted.
 	d = s.step(withPR(at(6), threadsPR(thread2, thread3)))
 	sends = actionsOf(d, ActionSendToAgent)
@@ -176,7 +176,7 @@ func TestChangesRequestedForwardsEachNewSetOnce(t *testing.T) {
 	// Still unresolved 30 minutes after the episode began: escalate once.
 	d = s.step(withPR(at(30), threadsPR(thread2, thread3)))
 	g.Expect(actionsOf(d, ActionEscalate)).To(HaveLen(1))
-	g.Expect(s.step(withPR(at(45), threadsPR(thread2, thread3))).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(withPR(at(45), threadsPR(thread2, thread3))))).To(BeEmpty())
 
 	// Approved with every thread resolved: the episode ends.
 	approved := approvedGreen(shaB)
@@ -242,16 +242,16 @@ func TestMergeConflictsForwardedOncePerEpisode(t *testing.T) {
 	g.Expect(eventTypes(d)).To(ContainElement(agentsv1alpha1.EventMergeConflicts))
 
 	// The agent pushed but the conflict remains; mergeability being recomputed is not an end.
-	g.Expect(s.step(withPR(at(3), dirty(shaB))).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(withPR(at(3), dirty(shaB))))).To(BeEmpty())
 	unknown := pending(openPR(), shaB)
 	unknown.MergeState = agentsv1alpha1.MergeStateUnknown
-	g.Expect(s.step(withPR(at(4), unknown)).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(withPR(at(4), unknown)))).To(BeEmpty())
 	g.Expect(s.reaction(agentsv1alpha1.TriggerMergeConflicts).Episode).To(Equal(shaA))
 
 	// 15 minutes into the episode: escalate, once.
 	d = s.step(withPR(at(15), dirty(shaB)))
 	g.Expect(actionsOf(d, ActionEscalate)).To(HaveLen(1))
-	g.Expect(s.step(withPR(at(16), dirty(shaB))).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(withPR(at(16), dirty(shaB))))).To(BeEmpty())
 
 	// Resolved, then a new conflict later (the base moved): a new episode, sent again.
 	s.step(withPR(at(20), pending(openPR(), shaC)))
@@ -339,7 +339,7 @@ func TestMergeFollowsTheRunnersRecord(t *testing.T) {
 		retryAt := t0.Add(90 * time.Second)
 		s.merge.Outcome, s.merge.RetryAt, s.merge.Error = MergeRetrying, retryAt, "forge unavailable (HTTP 502)"
 		d := step(1, approvedGreen(shaA))
-		g.Expect(d.Actions).To(BeEmpty())
+		g.Expect(edge(d)).To(BeEmpty())
 		g.Expect(d.RequeueAfter).To(Equal(30 * time.Second))
 		rec, ok := cond(d, agentsv1alpha1.ConditionReconciling)
 		g.Expect(ok).To(BeTrue())
@@ -361,7 +361,7 @@ func TestMergeFollowsTheRunnersRecord(t *testing.T) {
 		g.Expect(esc[0].Text).To(ContainSubstring("Required status check"))
 		g.Expect(eventTypes(d)).To(ConsistOf(agentsv1alpha1.EventReactionEscalated))
 		d = step(2, approvedGreen(shaA))
-		g.Expect(d.Actions).To(BeEmpty())
+		g.Expect(edge(d)).To(BeEmpty())
 		g.Expect(d.Events).To(BeEmpty())
 	})
 
@@ -369,7 +369,7 @@ func TestMergeFollowsTheRunnersRecord(t *testing.T) {
 		g := NewWithT(t)
 		s, step, _ := start(g)
 		s.merge.Outcome = MergeHeadMoved
-		g.Expect(step(1, approvedGreen(shaA)).Actions).To(BeEmpty())
+		g.Expect(edge(step(1, approvedGreen(shaA)))).To(BeEmpty())
 		g.Expect(actionsOf(step(2, approvedGreen(shaB)), ActionMerge)).To(ConsistOf(HaveField("ExpectedHeadSHA", shaB)))
 	})
 
@@ -381,7 +381,7 @@ func TestMergeFollowsTheRunnersRecord(t *testing.T) {
 		g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseMerged))
 		g.Expect(d.PullRequest).To(And(HaveField("State", agentsv1alpha1.PullRequestMerged), HaveField("MergeCommitSHA", shaC)))
 		g.Expect(eventTypes(d)).To(ContainElements(agentsv1alpha1.EventPRMerged, agentsv1alpha1.EventMergeCompleted))
-		g.Expect(d.Actions).NotTo(ContainElement(HaveField("Type", ActionMerge)))
+		g.Expect(edge(d)).NotTo(ContainElement(HaveField("Type", ActionMerge)))
 		in := withPR(t0.Add(2*time.Minute), approvedGreen(shaA))
 		in.Settings, in.Previous = mergeSettings(), s.status
 		g.Expect(Decide(in).Phase).To(Equal(agentsv1alpha1.PhaseMerged), "Merged holds once the record is gone")
@@ -506,7 +506,7 @@ func TestStuckNotifiesOncePerEpisode(t *testing.T) {
 	g.Expect(ev.Priority).To(Equal(agentsv1alpha1.PriorityUrgent))
 
 	in.Now = t0.Add(40 * time.Minute)
-	g.Expect(s.step(in).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(in))).To(BeEmpty())
 
 	// Activity resumes: the episode ends; stuck again later notifies again.
 	in.Runner.LastActivityTime = in.Now
@@ -529,7 +529,7 @@ func TestNeedsInputNotifiesEachQuestion(t *testing.T) {
 	g.Expect(notes[0].Text).To(ContainSubstring("keep the old URL"))
 
 	in.Now = in.Now.Add(time.Minute)
-	g.Expect(s.step(in).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(in))).To(BeEmpty())
 
 	in.Runner.Question = "Which database should the tests use?"
 	in.Now = in.Now.Add(time.Minute)
@@ -554,7 +554,7 @@ func TestExitedWithoutPullRequest(t *testing.T) {
 		in.Runner.State, in.Runner.ExitCode = agentsv1alpha1.ActivityExited, ptr(int32(0))
 		d := Decide(in)
 		g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseDone))
-		g.Expect(d.Actions).To(ConsistOf(And(HaveField("Type", ActionNotify), HaveField("Trigger", agentsv1alpha1.TriggerExited), HaveField("Priority", agentsv1alpha1.PriorityAction))))
+		g.Expect(edge(d)).To(ConsistOf(And(HaveField("Type", ActionNotify), HaveField("Trigger", agentsv1alpha1.TriggerExited), HaveField("Priority", agentsv1alpha1.PriorityAction))))
 		g.Expect(eventTypes(d)).To(Equal([]agentsv1alpha1.EventType{agentsv1alpha1.EventSessionExited, agentsv1alpha1.EventSessionDone}))
 	})
 	t.Run("a failed exit is Errored and notifies once, urgently", func(t *testing.T) {
@@ -563,7 +563,7 @@ func TestExitedWithoutPullRequest(t *testing.T) {
 		in.Runner.State, in.Runner.ExitCode = agentsv1alpha1.ActivityExited, ptr(int32(2))
 		d := Decide(in)
 		g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseErrored))
-		g.Expect(d.Actions).To(ConsistOf(And(HaveField("Type", ActionNotify), HaveField("Trigger", agentsv1alpha1.TriggerExited), HaveField("Priority", agentsv1alpha1.PriorityUrgent))))
+		g.Expect(edge(d)).To(ConsistOf(And(HaveField("Type", ActionNotify), HaveField("Trigger", agentsv1alpha1.TriggerExited), HaveField("Priority", agentsv1alpha1.PriorityUrgent))))
 		ev, _ := findEvent(d, agentsv1alpha1.EventSessionErrored)
 		g.Expect(ev.Priority).To(Equal(agentsv1alpha1.PriorityUrgent))
 	})
@@ -583,7 +583,7 @@ func TestErroredWithoutAReactionStillNotifies(t *testing.T) {
 	in.Previous.Grace = graceFull(signalContainer, in.Now)
 	d := Decide(in)
 	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseErrored))
-	g.Expect(d.Actions).To(ConsistOf(And(HaveField("Type", ActionNotify), HaveField("Priority", agentsv1alpha1.PriorityUrgent))))
+	g.Expect(edge(d)).To(ConsistOf(And(HaveField("Type", ActionNotify), HaveField("Priority", agentsv1alpha1.PriorityUrgent))))
 	stalled, ok := cond(d, agentsv1alpha1.ConditionStalled)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(stalled.Reason).To(Equal(agentsv1alpha1.ReasonImagePullFailed))
@@ -595,7 +595,7 @@ func TestReactionNoneStillShowsThePhase(t *testing.T) {
 	in.Settings.Reactions = map[agentsv1alpha1.ReactionTrigger]Reaction{agentsv1alpha1.TriggerCIFailed: {Action: agentsv1alpha1.ReactionNone}}
 	d := Decide(in)
 	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseCIFailed))
-	g.Expect(d.Actions).To(BeEmpty())
+	g.Expect(edge(d)).To(BeEmpty())
 	g.Expect(d.Reactions).To(BeEmpty())
 	attention, _ := cond(d, agentsv1alpha1.ConditionNeedsAttention)
 	g.Expect(attention).To(And(HaveField("Status", BeEquivalentTo("True")), HaveField("Reason", agentsv1alpha1.ReasonAwaitingHuman)))
@@ -631,17 +631,17 @@ func TestUserMessagesAreQueuedOnceInOrder(t *testing.T) {
 	in.Spec.Messages = []agentsv1alpha1.Message{{ID: "first", Text: "Also update the docs."}, {ID: "second", Text: "And the changelog."}}
 	s := newSim(in.Previous)
 	d := s.step(in)
-	g.Expect(d.Actions).To(HaveExactElements(
+	g.Expect(edge(d)).To(HaveExactElements(
 		And(HaveField("ID", "first"), HaveField("Source", agentsv1alpha1.MessageFromUser), HaveField("Text", "Also update the docs.")),
 		HaveField("ID", "second"),
 	))
 	g.Expect(s.status.Messages.Pending).To(HaveLen(2))
-	g.Expect(s.step(in).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(in))).To(BeEmpty())
 
 	// Delivered ones are not queued again either.
 	s.status.Messages.Pending = nil
 	s.status.Messages.Delivered = []string{"first", "second"}
-	g.Expect(s.step(in).Actions).To(BeEmpty())
+	g.Expect(edge(s.step(in))).To(BeEmpty())
 }
 
 func TestUserMessagesWaitForRoomAndForARunningSession(t *testing.T) {
@@ -651,11 +651,11 @@ func TestUserMessagesWaitForRoomAndForARunningSession(t *testing.T) {
 		in.Previous.Messages.Pending = append(in.Previous.Messages.Pending, agentsv1alpha1.OutboxMessage{ID: fmt.Sprintf("m%d", i), Source: agentsv1alpha1.MessageFromUser})
 	}
 	in.Spec.Messages = []agentsv1alpha1.Message{{ID: "late", Text: "x"}}
-	g.Expect(Decide(in).Actions).To(BeEmpty(), "the outbox is full: it waits, it is not dropped")
+	g.Expect(edge(Decide(in))).To(BeEmpty(), "the outbox is full: it waits, it is not dropped")
 
 	in = from(agentsv1alpha1.PhaseDone)
 	in.Spec.Messages = []agentsv1alpha1.Message{{ID: "late", Text: "x"}}
-	g.Expect(Decide(in).Actions).To(BeEmpty(), "nobody reads messages in a terminal phase")
+	g.Expect(edge(Decide(in))).To(BeEmpty(), "nobody reads messages in a terminal phase")
 }
 
 func TestCustomTemplate(t *testing.T) {
@@ -718,7 +718,7 @@ func TestReactionMessageWaitsForRoom(t *testing.T) {
 	}
 	full := withPR(t0.Add(5*time.Minute), failing(openPR(), shaB))
 	d := s.step(full)
-	g.Expect(d.Actions).To(BeEmpty(), "no room in status.messages.pending")
+	g.Expect(edge(d)).To(BeEmpty(), "no room in status.messages.pending")
 	g.Expect(eventTypes(d)).NotTo(ContainElement(agentsv1alpha1.EventCIFixFailed), "nothing is said about an attempt that did not happen")
 	g.Expect(s.reaction(agentsv1alpha1.TriggerCIFailed).Attempts).To(Equal(int32(1)))
 	checkIdempotent(t, func() Input { in := full; in.Previous = *s.status.DeepCopy(); return in }())

@@ -1,0 +1,73 @@
+package lifecycle
+
+import (
+	"strconv"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// The effects on Kubernetes objects the session owns: its agent pod and its Worktree. They are
+// level actions (ActionType.Level): asked for while the evidence calls for them.
+
+// podActions creates the agent pod when the session spawns its agent (a new session, a restore,
+// an agent whose pod was declared lost after the grace), or when messages wait for an agent
+// that is gone (an agent that exited while its pull request is open is restored by the next
+// message for it); it deletes the pod the session no longer needs. A pod that vanished is not
+// replaced before the grace has run out: until then the phase holds. An Errored session keeps
+// its finished pod, so that `kubectl logs` shows why; it holds no resources, and goes with the
+// session or when the session runs again.
+//
+// The deletion is an action like the others, so it runs only after the decision that calls for
+// it was written: removing a pod destroys evidence (the runner's exit report is believed only
+// for the current pod, the container's state goes with it).
+func (e *eval) podActions() {
+	p := e.in.Pod
+	live := e.in.Spec.Admitted && e.desired() != agentsv1alpha1.SessionStopped && !e.phase.IsTerminal() &&
+		e.phase != agentsv1alpha1.PhaseQueued && e.in.Workspace.Exists
+	needAgent := e.phase == agentsv1alpha1.PhaseSpawning || e.messagesWaiting()
+	if p.Exists {
+		finished := p.Phase == PodSucceeded || p.Phase == PodFailed
+		keepForDiagnosis := finished && e.phase == agentsv1alpha1.PhaseErrored && e.desired() != agentsv1alpha1.SessionStopped
+		if !p.Deleting && ((!live && !keepForDiagnosis) || (finished && needAgent)) {
+			e.actions = append(e.actions, Action{Type: ActionDeletePod, ID: "pod.delete." + p.UID, PodUID: p.UID})
+		}
+		return
+	}
+	if !live || !needAgent {
+		return
+	}
+	switch e.in.Workspace.Phase {
+	case agentsv1alpha1.WorktreeFailed, agentsv1alpha1.WorktreeRemoving, agentsv1alpha1.WorktreeRemoved:
+		return // the workspace condition says what is wrong
+	}
+	e.actions = append(e.actions, Action{Type: ActionCreatePod, ID: "pod.create." + strconv.Itoa(int(e.prev.Restores))})
+}
+
+// messagesWaiting reports whether messages wait for the agent once the decision is applied.
+func (e *eval) messagesWaiting() bool {
+	if len(e.outbox) > 0 {
+		return true
+	}
+	delivered := map[string]bool{}
+	for _, id := range e.prev.Messages.Delivered {
+		delivered[id] = true
+	}
+	for _, m := range e.prev.Messages.Pending {
+		if !delivered[m.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+// worktreeActions applies the Project's cleanup policy once the pull request merged: the
+// session's own Worktree is set Absent (its checkout goes, the record and branch stay), after
+// the agent pod is gone.
+func (e *eval) worktreeActions() {
+	ws := e.in.Workspace
+	if e.phase != agentsv1alpha1.PhaseMerged || !ws.RemoveAfterMerge || !ws.Own || !ws.Exists || ws.Absent ||
+		e.in.Pod.Exists && !e.in.Pod.Deleting {
+		return
+	}
+	e.actions = append(e.actions, Action{Type: ActionReleaseWorktree, ID: "worktree.release"})
+}
