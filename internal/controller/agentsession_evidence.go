@@ -122,21 +122,18 @@ func pullRequestEvidence(obs scm.Observation, found bool) lifecycle.PullRequestE
 		return lifecycle.PullRequestEvidence{Observed: true}
 	}
 	ev := lifecycle.PullRequestEvidence{
-		Observed:   true,
-		Exists:     true,
-		Number:     int64(pr.Number),
-		URL:        pr.URL,
-		Title:      pr.Title,
-		State:      agentsv1alpha1.PullRequestState(pr.State),
-		Draft:      pr.Draft,
-		HeadSHA:    pr.HeadSHA,
-		HeadBranch: pr.Head.Branch,
-		BaseBranch: pr.BaseRef,
-		MergeState: mergeState(pr),
-		// GitHub reports BEHIND only when branch protection requires the head to be up to date,
-		// so a Behind state always blocks the merge.
-		BaseRequiresUpToDate: true,
-		ReviewDecision:       reviewDecision(pr.ReviewDecision),
+		Observed:       true,
+		Exists:         true,
+		Number:         int64(pr.Number),
+		URL:            pr.URL,
+		Title:          pr.Title,
+		State:          agentsv1alpha1.PullRequestState(pr.State),
+		Draft:          pr.Draft,
+		HeadSHA:        pr.HeadSHA,
+		HeadBranch:     pr.Head.Branch,
+		BaseBranch:     pr.BaseRef,
+		MergeState:     mergeState(pr),
+		ReviewDecision: reviewDecision(pr.ReviewDecision),
 		// The reviews were filtered to the Project's trusted authors by the caller.
 		ApprovedAtHead: pr.ApprovedAt(pr.HeadSHA),
 		MergeCommitSHA: pr.MergeCommitSHA,

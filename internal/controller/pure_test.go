@@ -221,7 +221,7 @@ func TestPullRequestEvidence(t *testing.T) {
 		{"a pull request, outdated threads left out", scm.Observation{CheckedAt: checked, PullRequest: full}, true, lifecycle.PullRequestEvidence{
 			Observed: true, Exists: true, Number: 7, URL: "https://github.com/acme/widgets/pull/7", Title: "Fix",
 			State: agentsv1alpha1.PullRequestOpen, HeadSHA: "abc", HeadBranch: "shepherd/fix", BaseBranch: "main",
-			MergeState: agentsv1alpha1.MergeStateBlocked, BaseRequiresUpToDate: true, ReviewDecision: agentsv1alpha1.ReviewChangesRequested,
+			MergeState: agentsv1alpha1.MergeStateBlocked, ReviewDecision: agentsv1alpha1.ReviewChangesRequested,
 			Threads:        []lifecycle.ReviewThread{{ID: "t1", Author: "rev", Path: "a.go", Line: 3, Body: "why?", URL: "u1"}},
 			ChangeRequests: []lifecycle.Review{{ID: "r1", Author: "rev"}},
 			Checks: lifecycle.ChecksEvidence{State: agentsv1alpha1.ChecksFailing, Passed: 3, Failed: 1, Pending: 1,

@@ -365,10 +365,10 @@ func (e *eval) mergeable() bool {
 	switch p.mergeState {
 	case agentsv1alpha1.MergeStateClean:
 		return true
-	case agentsv1alpha1.MergeStateBehind:
-		// A stale view does not know whether the base requires an up-to-date head: assume it does.
-		return !p.requiresUpToDate && p.fresh
 	}
+	// Behind blocks too: the forges report it only when the base must be up to date (GitHub's
+	// BEHIND needs "require branches to be up to date"; the Gitea adapter says Behind only under
+	// "block on outdated branch").
 	return false
 }
 

@@ -21,21 +21,20 @@ type prFacts struct {
 	// and check logs available, and only then do pull request reactions run.
 	fresh bool
 
-	number           int64
-	url, title       string
-	state            agentsv1alpha1.PullRequestState
-	draft            bool
-	headSHA          string
-	headBranch       string
-	baseBranch       string
-	mergeState       agentsv1alpha1.MergeState
-	requiresUpToDate bool
-	review           agentsv1alpha1.ReviewDecision
-	approvedAtHead   bool
-	checks           agentsv1alpha1.ChecksState
-	failed           []FailedCheck
-	threads          []ReviewThread
-	reviews          []Review
+	number         int64
+	url, title     string
+	state          agentsv1alpha1.PullRequestState
+	draft          bool
+	headSHA        string
+	headBranch     string
+	baseBranch     string
+	mergeState     agentsv1alpha1.MergeState
+	review         agentsv1alpha1.ReviewDecision
+	approvedAtHead bool
+	checks         agentsv1alpha1.ChecksState
+	failed         []FailedCheck
+	threads        []ReviewThread
+	reviews        []Review
 }
 
 func (p prFacts) ref() string { return "#" + strconv.FormatInt(p.number, 10) }
@@ -68,8 +67,8 @@ func (e *eval) readPullRequest() {
 			known: true, fresh: true,
 			number: ev.Number, url: ev.URL, title: ev.Title, state: state, draft: ev.Draft,
 			headSHA: ev.HeadSHA, headBranch: ev.HeadBranch, baseBranch: ev.BaseBranch,
-			mergeState: ev.MergeState, requiresUpToDate: ev.BaseRequiresUpToDate,
-			review: ev.ReviewDecision, approvedAtHead: ev.ApprovedAtHead, checks: checks, failed: ev.Checks.FailedChecks,
+			mergeState: ev.MergeState,
+			review:     ev.ReviewDecision, approvedAtHead: ev.ApprovedAtHead, checks: checks, failed: ev.Checks.FailedChecks,
 			threads: ev.Threads, reviews: ev.ChangeRequests,
 		}
 		e.prStatus = e.pullRequestStatus(ev, state, checks)
@@ -83,7 +82,7 @@ func (e *eval) readPullRequest() {
 		e.pr = prFacts{
 			known: true, number: p.Number, url: p.URL, state: p.State, draft: p.Draft,
 			headSHA: p.HeadSHA, baseBranch: p.BaseBranch, mergeState: p.MergeState,
-			requiresUpToDate: true, review: p.ReviewDecision, checks: p.Checks,
+			review: p.ReviewDecision, checks: p.Checks,
 		}
 		if e.pr.state == "" {
 			e.pr.state = agentsv1alpha1.PullRequestOpen

@@ -104,7 +104,6 @@ func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha
 		pr.HeadBranch, pr.BaseBranch = "feature", "main"
 		pr.MergeState = pick(r, agentsv1alpha1.MergeStateClean, agentsv1alpha1.MergeStateClean, agentsv1alpha1.MergeStateBehind, agentsv1alpha1.MergeStateBlocked,
 			agentsv1alpha1.MergeStateDirty, agentsv1alpha1.MergeStateUnstable, agentsv1alpha1.MergeStateDraft, agentsv1alpha1.MergeStateUnknown, "")
-		pr.BaseRequiresUpToDate = r.chance(2)
 		pr.ReviewDecision = pick(r, agentsv1alpha1.ReviewApproved, agentsv1alpha1.ReviewApproved, agentsv1alpha1.ReviewChangesRequested,
 			agentsv1alpha1.ReviewRequired, agentsv1alpha1.ReviewNone, "")
 		for _, th := range []ReviewThread{thread1, thread2, thread3} {

@@ -163,11 +163,8 @@ type PullRequestEvidence struct {
 	HeadBranch string
 	BaseBranch string
 	// MergeState as the forge reports it (GitHub's mergeStateStatus; conflicts are Dirty).
-	MergeState agentsv1alpha1.MergeState
-	// BaseRequiresUpToDate is true when branch protection requires the head to be up to date
-	// with the base before merging, so Behind blocks a merge.
-	BaseRequiresUpToDate bool
-	ReviewDecision       agentsv1alpha1.ReviewDecision
+	MergeState     agentsv1alpha1.MergeState
+	ReviewDecision agentsv1alpha1.ReviewDecision
 	// ApprovedAtHead is true when a trusted reviewer's latest review approves HeadSHA itself
 	// (not an earlier head) and no trusted reviewer's latest review requests changes. The
 	// Merge action waits for it (unless the Project opted out).

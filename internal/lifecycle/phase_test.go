@@ -194,12 +194,8 @@ func phaseCases() []phaseCase {
 		}, agentsv1alpha1.PhaseApproved, agentsv1alpha1.ReasonApproved},
 		{"approved but behind a base that must be up to date is Approved", agentsv1alpha1.PhaseMergeable, func(in *Input) {
 			in.PullRequest = approvedGreen(shaA)
-			in.PullRequest.MergeState, in.PullRequest.BaseRequiresUpToDate = agentsv1alpha1.MergeStateBehind, true
-		}, agentsv1alpha1.PhaseApproved, agentsv1alpha1.ReasonApproved},
-		{"approved and behind a base that need not be up to date is Mergeable", agentsv1alpha1.PhaseApproved, func(in *Input) {
-			in.PullRequest = approvedGreen(shaA)
 			in.PullRequest.MergeState = agentsv1alpha1.MergeStateBehind
-		}, agentsv1alpha1.PhaseMergeable, agentsv1alpha1.ReasonMergeable},
+		}, agentsv1alpha1.PhaseApproved, agentsv1alpha1.ReasonApproved},
 		{"approved with conflicts is Approved", agentsv1alpha1.PhaseMergeable, func(in *Input) {
 			in.PullRequest = approvedGreen(shaA)
 			in.PullRequest.MergeState = agentsv1alpha1.MergeStateDirty

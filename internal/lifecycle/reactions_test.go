@@ -469,7 +469,7 @@ func TestMergeNeedsEveryCondition(t *testing.T) {
 	}{
 		{"draft", func(pr *PullRequestEvidence) { pr.Draft = true }},
 		{"behind a base that must be up to date", func(pr *PullRequestEvidence) {
-			pr.MergeState, pr.BaseRequiresUpToDate = agentsv1alpha1.MergeStateBehind, true
+			pr.MergeState = agentsv1alpha1.MergeStateBehind
 		}},
 		{"conflicting", func(pr *PullRequestEvidence) { pr.MergeState = agentsv1alpha1.MergeStateDirty }},
 		{"blocked", func(pr *PullRequestEvidence) { pr.MergeState = agentsv1alpha1.MergeStateBlocked }},
@@ -737,7 +737,6 @@ func TestAnotherPullRequestsMergeIsNotOurs(t *testing.T) {
 	s := newSim(running().Previous)
 	step := s.stepper(mergeSettings())
 	green := approvedGreen(shaA)
-	green.BaseRequiresUpToDate = true
 	green.MergeState = agentsv1alpha1.MergeStateBlocked // the protection waits for something else
 	g.Expect(step(0, green).Phase).To(Equal(agentsv1alpha1.PhaseApproved))
 
