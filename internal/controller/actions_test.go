@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
@@ -59,5 +60,24 @@ func TestMergeOutcome(t *testing.T) {
 				g.Expect(got.Error).NotTo(BeEmpty())
 			}
 		})
+	}
+}
+
+func TestForgeErrorReason(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&scm.RateLimitError{Resource: "core", Reset: time.Now().Add(time.Minute)}, agentsv1alpha1.ReasonRateLimited},
+		{&scm.APIError{Kind: scm.ErrRateLimited, Status: 429}, agentsv1alpha1.ReasonRateLimited},
+		{&scm.APIError{Kind: scm.ErrTokenRejected, Status: 401}, agentsv1alpha1.ReasonTokenRejected},
+		{&scm.APIError{Kind: scm.ErrPermissionDenied, Status: 403}, agentsv1alpha1.ReasonTokenRejected},
+		{&scm.APIError{Kind: scm.ErrRepositoryNotFound, Status: 404}, agentsv1alpha1.ReasonRepositoryNotFound},
+		{&scm.APIError{Kind: scm.ErrUnavailable, Status: 502}, agentsv1alpha1.ReasonForgeUnavailable},
+		{errors.New("connection reset"), agentsv1alpha1.ReasonForgeUnavailable},
+	} {
+		if got := forgeErrorReason(tc.err); got != tc.want {
+			t.Errorf("forgeErrorReason(%v) = %s, want %s", tc.err, got, tc.want)
+		}
 	}
 }

@@ -473,6 +473,9 @@ func webhookPollInterval(p *agentsv1alpha1.Project) time.Duration {
 	return max(min(10*poll, time.Hour), poll)
 }
 
+// worktreeMode is the workspace mode in effect for a Worktree: its spec's, the one its status
+// recorded (a Project's default that changed later does not move an existing checkout), the
+// Project's, or Worktree.
 func worktreeMode(wt *agentsv1alpha1.Worktree, p *agentsv1alpha1.Project) agentsv1alpha1.WorkspaceMode {
 	switch {
 	case wt.Spec.Mode != "":

@@ -95,15 +95,16 @@ func runnerEvidence(r SessionReport, ok bool) lifecycle.RunnerEvidence {
 	return ev
 }
 
-// forgeErrorReason classifies a forge error for the session's Reconciling condition.
+// forgeErrorReason classifies a forge error for the session's Reconciling condition, as
+// forgeError does for the reconcilers (one classification).
 func forgeErrorReason(err error) string {
-	switch {
-	case errors.Is(err, scm.ErrRateLimited):
-		return agentsv1alpha1.ReasonRateLimited
-	case errors.Is(err, scm.ErrTokenRejected), errors.Is(err, scm.ErrPermissionDenied):
-		return agentsv1alpha1.ReasonTokenRejected
-	case errors.Is(err, scm.ErrRepositoryNotFound):
-		return agentsv1alpha1.ReasonRepositoryNotFound
+	var stalling *StallingError
+	var waiting *WaitingError
+	switch e := forgeError(err, "forge"); {
+	case errors.As(e, &stalling):
+		return stalling.Reason
+	case errors.As(e, &waiting):
+		return waiting.Reason
 	}
 	return agentsv1alpha1.ReasonForgeUnavailable
 }

@@ -131,6 +131,8 @@ func forgeError(err error, what string) error {
 		return nil
 	case errors.As(err, &rl):
 		return &WaitingError{Reason: agentsv1alpha1.ReasonRateLimited, RequeueAfter: max(timeUntil(rl.Reset), minRequeue), Err: fmt.Errorf("%s: %w", what, err)}
+	case errors.Is(err, scm.ErrRateLimited):
+		return &WaitingError{Reason: agentsv1alpha1.ReasonRateLimited, RequeueAfter: forgeRetry, Err: fmt.Errorf("%s: %w", what, err)}
 	case errors.Is(err, scm.ErrTokenRejected):
 		return Stalling(agentsv1alpha1.ReasonTokenRejected, "%s: the forge rejected the credentials (%v): update the token in the referenced Secret", what, err)
 	case errors.Is(err, scm.ErrRepositoryNotFound):

@@ -129,16 +129,7 @@ func (r *WorktreeReconciler) resolveProject(ctx context.Context, s *worktreeScop
 		return fmt.Errorf("get Project: %w", err)
 	}
 	s.project = p
-	s.mode = s.wt.Spec.Mode
-	if s.mode == "" {
-		s.mode = s.wt.Status.Mode
-	}
-	if s.mode == "" {
-		s.mode = p.Spec.Workspace.Mode
-	}
-	if s.mode == "" {
-		s.mode = agentsv1alpha1.WorkspaceWorktree
-	}
+	s.mode = worktreeMode(s.wt, p)
 	s.vol = worktreeVolume(p.Name, s.wt, s.mode)
 	return nil
 }
