@@ -36,6 +36,9 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/controller"
 	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
+
+	// The forge and tracker adapters, as the manager registers them.
+	_ "github.com/shepherd-dev/shepherd/internal/adapters"
 )
 
 // serviceAddress reads a Service of the manager's namespace and returns its cluster IP and the

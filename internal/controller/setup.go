@@ -28,13 +28,6 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/runnertls"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
-
-	// The forge and tracker adapters register themselves.
-	_ "github.com/shepherd-dev/shepherd/internal/scm/gitea"
-	_ "github.com/shepherd-dev/shepherd/internal/scm/github"
-	_ "github.com/shepherd-dev/shepherd/internal/tracker/gitea"
-	_ "github.com/shepherd-dev/shepherd/internal/tracker/github"
-	_ "github.com/shepherd-dev/shepherd/internal/tracker/linear"
 )
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create

@@ -29,6 +29,9 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
+
+	// The forge and tracker adapters, as the manager registers them.
+	_ "github.com/shepherd-dev/shepherd/internal/adapters"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/notify"
