@@ -112,42 +112,9 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, nil
 	}
 	orig := sess.DeepCopy()
-	s := &sessionScope{sess: sess, key: req.NamespacedName, now: r.now()}
-	s.report, s.hasReport = r.Reports.Get(s.key)
-	s.actionErr = r.actionErrs.get(s.key)
-	if r.Deliveries != nil {
-		// Results the status no longer lists are forgotten after a while (memory, not status).
-		r.Deliveries.settle(s.key, sess.Status.Notifications, s.now)
-		s.delivered = r.Deliveries.finished(s.key)
-	}
+	s := r.newScope(sess, req.NamespacedName)
 	var recErr error
-	defer func() {
-		r.setStatus(ctx, s, recErr)
-		if err := patchStatus(ctx, r.Client, orig, sess); err != nil {
-			res, retErr = statusWriteFailed(recErr, err)
-			return
-		}
-		if sess.Status.Phase == agentsv1alpha1.PhaseMerged {
-			// Merged is final: nothing the forge says changes the session any more, so its pull
-			// request stops costing polls (the status keeps what was last read).
-			r.Hub.Forget(s.key)
-		}
-		r.observe(s, orig)
-		ran, actionErr := r.afterWrite(ctx, s, orig)
-		if !ran {
-			return // stopped at an action point, as a crash would
-		}
-		if actionErr != nil {
-			// Said on the session by the next reconcile (actionErrs); retried with back-off.
-			res, retErr = ctrl.Result{}, errors.Join(recErr, actionErr)
-			return
-		}
-		requeue := s.requeue
-		if s.decision != nil && s.decision.RequeueAfter > 0 && (requeue == 0 || s.decision.RequeueAfter < requeue) {
-			requeue = s.decision.RequeueAfter
-		}
-		res, retErr = finish(ctx, r.Recorder, sess, orig.Status.Conditions, sess.Status.Conditions, recErr, requeue)
-	}()
+	defer func() { res, retErr = r.finishSession(ctx, s, orig, recErr) }()
 
 	for _, step := range []func(context.Context, *sessionScope) error{
 		r.resolveProject,
@@ -163,6 +130,49 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 	}
 	return res, retErr
+}
+
+// newScope starts a reconcile's scope with what is read once for the decision and the status:
+// the clock, the runner's last report, the last level action's error, the finished deliveries.
+func (r *AgentSessionReconciler) newScope(sess *agentsv1alpha1.AgentSession, key types.NamespacedName) *sessionScope {
+	s := &sessionScope{sess: sess, key: key, now: r.now()}
+	s.report, s.hasReport = r.Reports.Get(s.key)
+	s.actionErr = r.actionErrs.get(s.key)
+	if r.Deliveries != nil {
+		// Results the status no longer lists are forgotten after a while (memory, not status).
+		r.Deliveries.settle(s.key, sess.Status.Notifications, s.now)
+		s.delivered = r.Deliveries.finished(s.key)
+	}
+	return s
+}
+
+// finishSession is the deferred end of every reconcile: the status from what was observed and
+// decided, written once; then the events and actions of the decision; then the result.
+func (r *AgentSessionReconciler) finishSession(ctx context.Context, s *sessionScope, orig *agentsv1alpha1.AgentSession, recErr error) (ctrl.Result, error) {
+	sess := s.sess
+	r.setStatus(ctx, s, recErr)
+	if err := patchStatus(ctx, r.Client, orig, sess); err != nil {
+		return statusWriteFailed(recErr, err)
+	}
+	if sess.Status.Phase == agentsv1alpha1.PhaseMerged {
+		// Merged is final: nothing the forge says changes the session any more, so its pull
+		// request stops costing polls (the status keeps what was last read).
+		r.Hub.Forget(s.key)
+	}
+	r.observe(s, orig)
+	ran, actionErr := r.afterWrite(ctx, s, orig)
+	if !ran {
+		return ctrl.Result{}, nil // stopped at an action point, as a crash would
+	}
+	if actionErr != nil {
+		// Said on the session by the next reconcile (actionErrs); retried with back-off.
+		return ctrl.Result{}, errors.Join(recErr, actionErr)
+	}
+	requeue := s.requeue
+	if s.decision != nil && s.decision.RequeueAfter > 0 && (requeue == 0 || s.decision.RequeueAfter < requeue) {
+		requeue = s.decision.RequeueAfter
+	}
+	return finish(ctx, r.Recorder, sess, orig.Status.Conditions, sess.Status.Conditions, recErr, requeue)
 }
 
 func (r *AgentSessionReconciler) resolveProject(ctx context.Context, s *sessionScope) error {

@@ -37,12 +37,35 @@ func countSessions(sessions []agentsv1alpha1.AgentSession) agentsv1alpha1.Sessio
 	return c
 }
 
-// setProjectStatus computes the Project's status from what the reconcile observed. Pure.
+// setProjectStatus computes the Project's status from what the reconcile observed: one function
+// per condition (project_status_test.go), then the kstatus summary. Pure.
 func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 	gen := p.Generation
 	conds := &p.Status.Conditions
 	p.Status.Sessions = s.counts
+	setCredentialsValidCondition(conds, gen, s, err)
+	setRepositoryReachableCondition(conds, gen, s, err)
+	setMirrorReadyCondition(p, s)
+	if s.checked && s.accErr == nil {
+		p.Status.DefaultBranch = s.access.DefaultBranch
+	}
+	// Where the forge delivers this Project's webhooks, under the receiver's external URL.
+	p.Status.Webhook = nil
+	if p.Spec.SCM.WebhookSecretRef != nil {
+		p.Status.Webhook = &agentsv1alpha1.WebhookStatus{Path: webhook.ProjectPath(types.NamespacedName{Namespace: p.Namespace, Name: p.Name})}
+	}
+	setBacklogStatus(p, s)
+	p.Status.Notifications = s.routes
+	setNotificationsDeliveringCondition(p, s.routes)
+	setKstatus(conds, gen, err, err == nil, agentsv1alpha1.ReasonSucceeded, "credentials valid, repository reachable, shared children in place")
+	if err == nil {
+		p.Status.ObservedGeneration = gen
+	}
+}
 
+// setCredentialsValidCondition: False when the credentials cannot be read or the forge rejects
+// them, True once the forge accepted them; left as it was when not checked this time.
+func setCredentialsValidCondition(conds *[]metav1.Condition, gen int64, s *projectScope, err error) {
 	var stalling *StallingError
 	credReasons := map[string]bool{
 		agentsv1alpha1.ReasonSecretNotFound: true, agentsv1alpha1.ReasonSecretKeyNotFound: true,
@@ -56,7 +79,12 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 	case s.checked && s.accErr == nil:
 		setCondition(conds, gen, agentsv1alpha1.ConditionCredentialsValid, metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded, "the forge accepts the credentials")
 	}
+}
 
+// setRepositoryReachableCondition: True with the default branch once the forge answered, False
+// with the reason of its refusal (a rejected token is CredentialsValid's to say), Unknown when
+// the credentials could not be read to ask.
+func setRepositoryReachableCondition(conds *[]metav1.Condition, gen int64, s *projectScope, err error) {
 	switch {
 	case !s.checked:
 		// Not checked this time (credentials unreadable): the old value is stale.
@@ -71,6 +99,7 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 		setCondition(conds, gen, agentsv1alpha1.ConditionRepositoryReachable, metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded, msg)
 	default:
 		reason := agentsv1alpha1.ReasonReconcileError
+		var stalling *StallingError
 		var waiting *WaitingError
 		switch {
 		case errors.As(err, &stalling):
@@ -82,7 +111,11 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 			setCondition(conds, gen, agentsv1alpha1.ConditionRepositoryReachable, metav1.ConditionFalse, reason, err.Error())
 		}
 	}
+}
 
+// setMirrorReadyCondition: where the mirror lives (worktree mode), or that none is needed.
+func setMirrorReadyCondition(p *agentsv1alpha1.Project, s *projectScope) {
+	conds, gen := &p.Status.Conditions, p.Generation
 	switch {
 	case p.Spec.Workspace.Mode == agentsv1alpha1.WorkspaceClone:
 		p.Status.Mirror = nil
@@ -95,21 +128,14 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 		setCondition(conds, gen, agentsv1alpha1.ConditionMirrorReady, metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded,
 			fmt.Sprintf("the mirror lives on volume claim %s and is fetched by each session before it adds its worktree", s.volume.Name))
 	}
+}
 
-	if s.checked && s.accErr == nil {
-		p.Status.DefaultBranch = s.access.DefaultBranch
-	}
-	// Where the forge delivers this Project's webhooks, under the receiver's external URL.
-	p.Status.Webhook = nil
-	if p.Spec.SCM.WebhookSecretRef != nil {
-		p.Status.Webhook = &agentsv1alpha1.WebhookStatus{Path: webhook.ProjectPath(types.NamespacedName{Namespace: p.Namespace, Name: p.Name})}
-	}
-
-	setBacklogStatus(p, s)
-
-	p.Status.Notifications = s.routes
+// setNotificationsDeliveringCondition: False naming the routes given up on, True when every route
+// delivers, absent without routes.
+func setNotificationsDeliveringCondition(p *agentsv1alpha1.Project, routes []agentsv1alpha1.NotificationRouteStatus) {
+	conds, gen := &p.Status.Conditions, p.Generation
 	failing := ""
-	for _, r := range s.routes {
+	for _, r := range routes {
 		if r.LastError != "" {
 			failing += fmt.Sprintf("route %s: %s; ", r.Name, r.LastError)
 		}
@@ -122,10 +148,5 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 			"notifications were given up on after retries: "+strings.TrimSuffix(failing, "; "))
 	default:
 		setCondition(conds, gen, agentsv1alpha1.ConditionNotificationsDelivering, metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded, "every route delivers")
-	}
-
-	setKstatus(conds, gen, err, err == nil, agentsv1alpha1.ReasonSucceeded, "credentials valid, repository reachable, shared children in place")
-	if err == nil {
-		p.Status.ObservedGeneration = gen
 	}
 }

@@ -58,7 +58,8 @@ func (s *worktreeScope) facts() (f struct {
 	return f
 }
 
-// setWorktreeStatus computes the Worktree's status. Pure.
+// setWorktreeStatus computes the Worktree's status: the facts, then one function per condition,
+// then the kstatus summary. Pure.
 func setWorktreeStatus(wt *agentsv1alpha1.Worktree, s *worktreeScope, err error) {
 	gen := wt.Generation
 	conds := &wt.Status.Conditions
@@ -70,7 +71,41 @@ func setWorktreeStatus(wt *agentsv1alpha1.Worktree, s *worktreeScope, err error)
 	st.BoundSessions = s.bound
 	phase, msg := worktreePhase(wt, s)
 	st.Phase = phase
+	setCheckoutFacts(st, s, phase)
+	setSetupSucceededCondition(wt, s, phase)
+	if s.blocked != "" {
+		setCondition(conds, gen, agentsv1alpha1.ConditionDeletionBlocked, metav1.ConditionTrue, s.blockedReason, s.blocked)
+	} else {
+		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionDeletionBlocked)
+	}
+	if err == nil && phase == agentsv1alpha1.WorktreeFailed {
+		err = Stalling(agentsv1alpha1.ReasonCheckoutFailed, "%s (fix the cause, then change the spec or annotate %s to retry)", msg, agentsv1alpha1.ReconcileRequestAnnotation)
+	}
+	ready := phase == agentsv1alpha1.WorktreeReady || phase == agentsv1alpha1.WorktreeRemoved
+	setKstatus(conds, gen, err, ready, worktreePhaseReason(phase), msg)
+	if err == nil {
+		st.ObservedGeneration = gen
+	}
+}
 
+// worktreePhaseReason is the Ready reason of a phase.
+func worktreePhaseReason(phase agentsv1alpha1.WorktreePhase) string {
+	reason := map[agentsv1alpha1.WorktreePhase]string{
+		agentsv1alpha1.WorktreeReady:    agentsv1alpha1.ReasonSucceeded,
+		agentsv1alpha1.WorktreeRemoved:  agentsv1alpha1.ReasonCheckoutRemoved,
+		agentsv1alpha1.WorktreeRemoving: agentsv1alpha1.ReasonCheckoutRemoving,
+		agentsv1alpha1.WorktreeMissing:  agentsv1alpha1.ReasonCheckoutMissing,
+		agentsv1alpha1.WorktreePending:  agentsv1alpha1.ReasonCheckoutPending,
+	}[phase]
+	if reason == "" {
+		return agentsv1alpha1.ReasonCheckoutPending
+	}
+	return reason
+}
+
+// setCheckoutFacts records the checkout's head, dirtiness and unpushed commits, and when they
+// were last observed.
+func setCheckoutFacts(st *agentsv1alpha1.WorktreeStatus, s *worktreeScope, phase agentsv1alpha1.WorktreePhase) {
 	if f := s.facts(); f.Head != "" {
 		unchanged := st.Head == f.Head && st.Dirty == f.Dirty && st.UnpushedCommits == f.Unpushed
 		st.Head, st.Dirty, st.UnpushedCommits = f.Head, f.Dirty, f.Unpushed
@@ -88,8 +123,12 @@ func setWorktreeStatus(wt *agentsv1alpha1.Worktree, s *worktreeScope, err error)
 	if phase == agentsv1alpha1.WorktreeRemoved {
 		st.Head, st.Dirty, st.UnpushedCommits = "", false, 0
 	}
+}
 
-	// Setup has its own state: a failed setup leaves the checkout Ready.
+// setSetupSucceededCondition: the setup commands' own state (a failed setup leaves the checkout
+// Ready).
+func setSetupSucceededCondition(wt *agentsv1alpha1.Worktree, s *worktreeScope, phase agentsv1alpha1.WorktreePhase) {
+	st, conds, gen := &wt.Status, &wt.Status.Conditions, wt.Generation
 	switch {
 	case s.hasRes && s.result.OK && s.result.Result.Setup.State != "":
 		r := s.result.Result.Setup
@@ -107,31 +146,6 @@ func setWorktreeStatus(wt *agentsv1alpha1.Worktree, s *worktreeScope, err error)
 			fmt.Sprintf("setup command %q failed; the checkout is usable: %s", st.Setup.FailedCommand, st.Setup.Error))
 	case agentsv1alpha1.SetupPending, agentsv1alpha1.SetupRunning:
 		setCondition(conds, gen, agentsv1alpha1.ConditionSetupSucceeded, metav1.ConditionUnknown, agentsv1alpha1.ReasonSetupPending, "setup has not run yet")
-	}
-
-	if s.blocked != "" {
-		setCondition(conds, gen, agentsv1alpha1.ConditionDeletionBlocked, metav1.ConditionTrue, s.blockedReason, s.blocked)
-	} else {
-		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionDeletionBlocked)
-	}
-
-	if err == nil && phase == agentsv1alpha1.WorktreeFailed {
-		err = Stalling(agentsv1alpha1.ReasonCheckoutFailed, "%s (fix the cause, then change the spec or annotate %s to retry)", msg, agentsv1alpha1.ReconcileRequestAnnotation)
-	}
-	ready := phase == agentsv1alpha1.WorktreeReady || phase == agentsv1alpha1.WorktreeRemoved
-	reason := map[agentsv1alpha1.WorktreePhase]string{
-		agentsv1alpha1.WorktreeReady:    agentsv1alpha1.ReasonSucceeded,
-		agentsv1alpha1.WorktreeRemoved:  agentsv1alpha1.ReasonCheckoutRemoved,
-		agentsv1alpha1.WorktreeRemoving: agentsv1alpha1.ReasonCheckoutRemoving,
-		agentsv1alpha1.WorktreeMissing:  agentsv1alpha1.ReasonCheckoutMissing,
-		agentsv1alpha1.WorktreePending:  agentsv1alpha1.ReasonCheckoutPending,
-	}[phase]
-	if reason == "" {
-		reason = agentsv1alpha1.ReasonCheckoutPending
-	}
-	setKstatus(conds, gen, err, ready, reason, msg)
-	if err == nil {
-		st.ObservedGeneration = gen
 	}
 }
 

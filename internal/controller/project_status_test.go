@@ -1,0 +1,74 @@
+package controller
+
+import (
+	"errors"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+)
+
+func TestProjectConditions(t *testing.T) {
+	rejected := Stalling(agentsv1alpha1.ReasonTokenRejected, "the forge rejected the credentials")
+	missing := Stalling(agentsv1alpha1.ReasonSecretNotFound, "secret github not found")
+	unavailable := Waiting(forgeRetry, agentsv1alpha1.ReasonForgeUnavailable, "forge unavailable")
+	type want struct {
+		status metav1.ConditionStatus
+		reason string
+	}
+	none := want{}
+	for _, tc := range []struct {
+		name        string
+		scope       *projectScope
+		err         error
+		creds, repo want
+	}{
+		{"checked and reachable", &projectScope{checked: true, access: scm.RepoInfo{DefaultBranch: "main"}}, nil,
+			want{metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded}, want{metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded}},
+		{"the Secret is missing: nothing was asked", &projectScope{credErr: missing}, missing,
+			want{metav1.ConditionFalse, agentsv1alpha1.ReasonSecretNotFound}, want{metav1.ConditionUnknown, agentsv1alpha1.ReasonProgressing}},
+		{"the token is rejected: the credentials say it, not the repository", &projectScope{checked: true, accErr: rejected}, rejected,
+			want{metav1.ConditionFalse, agentsv1alpha1.ReasonTokenRejected}, none},
+		{"the forge is down", &projectScope{checked: true, accErr: errors.New("502")}, unavailable,
+			none, want{metav1.ConditionFalse, agentsv1alpha1.ReasonForgeUnavailable}},
+		{"not checked this time, credentials fine: both stay", &projectScope{}, nil, none, none},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var conds []metav1.Condition
+			setCredentialsValidCondition(&conds, 1, tc.scope, tc.err)
+			setRepositoryReachableCondition(&conds, 1, tc.scope, tc.err)
+			for typ, w := range map[string]want{agentsv1alpha1.ConditionCredentialsValid: tc.creds, agentsv1alpha1.ConditionRepositoryReachable: tc.repo} {
+				c := meta.FindStatusCondition(conds, typ)
+				if w == none {
+					g.Expect(c).To(BeNil(), typ)
+					continue
+				}
+				g.Expect(c).NotTo(BeNil(), typ)
+				g.Expect(c.Status).To(Equal(w.status), typ)
+				g.Expect(c.Reason).To(Equal(w.reason), typ)
+			}
+		})
+	}
+}
+
+func TestNotificationsDeliveringCondition(t *testing.T) {
+	g := NewWithT(t)
+	p := &agentsv1alpha1.Project{}
+	setNotificationsDeliveringCondition(p, nil)
+	g.Expect(meta.FindStatusCondition(p.Status.Conditions, agentsv1alpha1.ConditionNotificationsDelivering)).To(BeNil(), "no routes, no condition")
+
+	p.Spec.Notifications = &agentsv1alpha1.NotificationsSpec{Routes: []agentsv1alpha1.NotificationRoute{{Name: "ops"}}}
+	setNotificationsDeliveringCondition(p, []agentsv1alpha1.NotificationRouteStatus{{Name: "ops", Delivered: 3}})
+	g.Expect(meta.IsStatusConditionTrue(p.Status.Conditions, agentsv1alpha1.ConditionNotificationsDelivering)).To(BeTrue())
+
+	setNotificationsDeliveringCondition(p, []agentsv1alpha1.NotificationRouteStatus{{Name: "ops", LastError: "HTTP 500"}})
+	c := meta.FindStatusCondition(p.Status.Conditions, agentsv1alpha1.ConditionNotificationsDelivering)
+	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(c.Reason).To(Equal(agentsv1alpha1.ReasonNotifierFailing))
+	g.Expect(c.Message).To(ContainSubstring("route ops: HTTP 500"))
+}
