@@ -136,7 +136,19 @@ var _ = Describe("Outbound calls to addresses a Project names", func() {
 		Eventually(projectConditions(w.ns, "widgets")).WithTimeout(20 * time.Second).Should(ContainElement(
 			HaveField("Message", ContainSubstring("outbound address refused"))))
 		Expect(projectConditions(w.ns, "widgets")()).To(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse))
+	})
 
+	It("refuse a Linear API URL aimed at cloud metadata: the tracker goes through the same guard", func() {
+		w := newWorld()
+		create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "linear"), StringData: map[string]string{"key": "lin_api_test"}})
+		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerLinear, Linear: &agentsv1alpha1.LinearSpec{
+				TeamKey: "ENG", APIKeySecretRef: agentsv1alpha1.SecretKeyRef{Name: "linear", Key: "key"},
+				APIURL: "http://169.254.169.254/graphql"}}
+		}).Obj())
+		create(MakeSession("from-linear", w.ns, "widgets").Issue("ENG-1").Obj())
+		Eventually(func() []metav1.Condition { return sessionStatus(w.ns, "from-linear")().Conditions }).WithTimeout(20 * time.Second).Should(
+			ContainElement(HaveField("Message", ContainSubstring("outbound address refused"))))
 	})
 })
 
