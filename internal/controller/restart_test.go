@@ -9,7 +9,6 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	. "github.com/shepherd-dev/shepherd/test/builders"
-	"github.com/shepherd-dev/shepherd/test/fakegithub"
 )
 
 // mergeRoute is how the fake GitHub names the merge endpoint in its statistics.
@@ -29,17 +28,7 @@ func restartManager(a *agent, marker string) {
 
 var _ = Describe("Across a manager restart", Serial, func() {
 	It("queues a CI failure's message once, delivers it once, and merges once", func() {
-		w := newWorld()
-		Expect(gh.SetProtection(w.full, fakegithub.Protection{RequiredChecks: []string{"test"}, RequiredApprovals: 1})).To(Succeed())
-		create(w.project().Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).Obj())
-		a := w.agent("once")
-		create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix the flaky test").Obj())
-		a.start()
-		a.report(agentsv1alpha1.ActivityActive)
-		a.expect(agentsv1alpha1.PhaseWorking)
-		a.openPR()
-		a.report(agentsv1alpha1.ActivityReady)
-		a.expect(agentsv1alpha1.PhaseReviewPending)
+		w, a := mergeWorld("once")
 
 		a.check("failure")
 		a.expect(agentsv1alpha1.PhaseCIFailed)
