@@ -201,9 +201,14 @@ func TestGiteaDeliveriesAreVerifiedAndRouted(t *testing.T) {
 		g.Expect(d.header.Get("X-Gitea-Event")).To(Equal(d.event))
 		g.Expect(d.header.Get("X-Hub-Signature-256")).To(HavePrefix("sha256="))
 		switch d.status {
-		case http.StatusAccepted, http.StatusOK:
+		case http.StatusOK, http.StatusAccepted:
+			if !webhook.Supported(d.event) {
+				// An event Shepherd does not use (create, release) is answered 200 before its body
+				// is read or its signature checked: it causes nothing, and that costs nothing.
+				continue
+			}
 			accepted++
-			g.Expect(webhook.Verify(secret, d.body, d.header.Get("X-Hub-Signature-256")[len("sha256="):])).To(BeTrue())
+			g.Expect(webhook.Verify(secret, d.body, d.header.Get("X-Hub-Signature-256")[len("sha256="):])).To(BeTrue(), "accepted %s (%s), answered %d", d.event, d.eventType, d.status)
 		case http.StatusUnauthorized:
 			refused++
 		default:
