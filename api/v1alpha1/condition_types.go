@@ -187,3 +187,32 @@ const (
 	// ManagedByValue is the value of LabelManagedBy on Shepherd's children.
 	ManagedByValue = "shepherd"
 )
+
+// Event reasons of a Worktree's phase changes: "Phase" and the phase entered.
+const (
+	ReasonPhasePending  = "PhasePending"
+	ReasonPhaseReady    = "PhaseReady"
+	ReasonPhaseFailed   = "PhaseFailed"
+	ReasonPhaseMissing  = "PhaseMissing"
+	ReasonPhaseRemoving = "PhaseRemoving"
+	ReasonPhaseRemoved  = "PhaseRemoved"
+)
+
+// WorktreePhaseEventReason is the event reason of entering phase p (one of the constants above).
+func WorktreePhaseEventReason(p WorktreePhase) string {
+	switch p {
+	case WorktreePending:
+		return ReasonPhasePending
+	case WorktreeReady:
+		return ReasonPhaseReady
+	case WorktreeFailed:
+		return ReasonPhaseFailed
+	case WorktreeMissing:
+		return ReasonPhaseMissing
+	case WorktreeRemoving:
+		return ReasonPhaseRemoving
+	case WorktreeRemoved:
+		return ReasonPhaseRemoved
+	}
+	return ReasonPhasePending // the API admits no other phase
+}

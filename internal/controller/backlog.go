@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -488,7 +489,7 @@ func (r *ProjectReconciler) spawn(ctx context.Context, s *projectScope, tr track
 			created++
 			s.backlog.spawned++
 			claims = append(claims, ps.issue)
-			log.Info("Created backlog session", "agentSession", klogRef(sess), "issue", ps.issue.ID)
+			log.Info("Created backlog session", "agentSession", klog.KObj(sess), "issue", ps.issue.ID)
 			s.backlog.events = append(s.backlog.events, backlogEvent{corev1.EventTypeNormal, reasonBacklogSpawned,
 				fmt.Sprintf("created AgentSession %s for issue %s", ps.name, ps.issue.ID)})
 		case apierrors.IsAlreadyExists(err):

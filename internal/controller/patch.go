@@ -127,7 +127,7 @@ func emitPhaseEvent(rec recorder.EventRecorder, obj runtime.Object, before, afte
 	if rec == nil || before == after || after == "" || before == "" && after == string(agentsv1alpha1.WorktreePending) {
 		return
 	}
-	rec.Eventf(obj, nil, corev1.EventTypeNormal, "Phase"+after, "Phase", "phase %s → %s", orNone(before), after)
+	rec.Eventf(obj, nil, corev1.EventTypeNormal, agentsv1alpha1.WorktreePhaseEventReason(agentsv1alpha1.WorktreePhase(after)), "Phase", "phase %s → %s", orNone(before), after)
 }
 
 func orNone(s string) string {
@@ -152,9 +152,6 @@ func worktreePhaseChanged() predicate.Predicate {
 func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
 	return meta.FindStatusCondition(conds, t)
 }
-
-// klogRef names an object in logs as namespace/name.
-func klogRef(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }
 
 // defaultSessionCountDelay is how long the Project controller lets session changes gather
 // before it counts them again.
