@@ -131,6 +131,32 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 		})
 	}
 
+	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+		It("delivers a notification at least once, under one id, when the manager dies at "+string(point)+" of sending it", func() {
+			w := newWorld()
+			rcv := newReceiver("s3cret", http.StatusOK)
+			create(w.project().With(withWebhook(w, rcv.URL)).Obj())
+			a := w.agent("notify-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			create(MakeSession(a.name, w.ns, "widgets").Prompt("Ask first").Obj())
+			a.start()
+			a.report(agentsv1alpha1.ActivityActive)
+			a.expect(agentsv1alpha1.PhaseWorking)
+			hit := crashAt(lifecycle.ActionNotify, point, objKey(w.ns, a.name))
+			a.report(agentsv1alpha1.ActivityWaitingForInput, question("May I drop Python 3.9?"))
+			Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
+			mgr.stop()
+			mgr.actionHook.Store(nil)
+			mgr.start()
+			a.report(agentsv1alpha1.ActivityWaitingForInput, question("May I drop Python 3.9?"))
+			a.expect(agentsv1alpha1.PhaseNeedsInput)
+			Eventually(rcv.types).Should(ConsistOf(string(agentsv1alpha1.EventSessionNeedsInput)), "delivered, once per id")
+			Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Notifications", BeEmpty()))
+			posts, bad := rcv.counts()
+			Expect(bad).To(BeZero())
+			Expect(posts).To(HaveLen(1), "every attempt carried the same delivery id: %v", posts)
+		})
+	}
+
 	It("merges once when the forge answers 502 to the first merge call, and says it retries meanwhile", func() {
 		w, a := mergeWorld("merge-502")
 		merges := gh.Stats().ByRoute[mergeRoute]
