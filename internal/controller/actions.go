@@ -90,35 +90,41 @@ func (r *AgentSessionReconciler) runActions(ctx context.Context, s *sessionScope
 		// The error the status shows changes: write it (or clear it) at once.
 		s.requeue = time.Millisecond
 	}
-	r.actionErrs.set(s.key, err)
+	if err != nil {
+		r.actionErrs.set(s.key, err)
+	} else {
+		r.actionErrs.forget(s.key)
+	}
 	r.dispatch(ctx, s)
 	return true, err
 }
 
-// actionErrors is the last failed level action per session: evidence for the next status.
-type actionErrors struct {
+// perSession is what the controller keeps in memory per session, between its reconciles: the
+// merge runner's record, the last level action's error. A restarted manager starts empty.
+type perSession[T any] struct {
 	mu sync.Mutex
-	m  map[types.NamespacedName]error
+	m  map[types.NamespacedName]T
 }
 
-func (a *actionErrors) get(key types.NamespacedName) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.m[key]
+func (p *perSession[T]) get(key types.NamespacedName) T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[key]
 }
 
-// set records err (nil forgets).
-func (a *actionErrors) set(key types.NamespacedName, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err == nil {
-		delete(a.m, key)
-		return
+func (p *perSession[T]) set(key types.NamespacedName, v T) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[types.NamespacedName]T{}
 	}
-	if a.m == nil {
-		a.m = map[types.NamespacedName]error{}
-	}
-	a.m[key] = err
+	p.m[key] = v
+}
+
+func (p *perSession[T]) forget(key types.NamespacedName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, key)
 }
 
 // runCreatePod creates the session's agent pod. Its name is deterministic: a pod the cache had
@@ -152,7 +158,14 @@ func (r *AgentSessionReconciler) runDeletePod(ctx context.Context, s *sessionSco
 		return nil
 	}
 	uid := s.pod.UID
-	if err := r.Client.Delete(ctx, s.pod, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+	switch err := r.Client.Delete(ctx, s.pod, client.Preconditions{UID: &uid}); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		// The UID precondition failed: the pod judged is gone and a newer one has its name. The
+		// next decision judges the newer one.
+		return nil
+	case err != nil:
 		return fmt.Errorf("delete agent pod: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleted agent pod", "pod", klog.KObj(s.pod))
@@ -215,35 +228,6 @@ const (
 	mergeBackoffBase = 2 * time.Second
 	mergeBackoffMax  = 5 * time.Minute
 )
-
-// mergeRecords is the merge runner's record per session: what became of the last merge it ran.
-// It is evidence for the next decision (lifecycle.Input.Merge). It lives in memory: a restarted
-// manager has none, and the lifecycle asks for the merge again.
-type mergeRecords struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]lifecycle.MergeEvidence
-}
-
-func (m *mergeRecords) get(key types.NamespacedName) lifecycle.MergeEvidence {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.m[key]
-}
-
-func (m *mergeRecords) set(key types.NamespacedName, ev lifecycle.MergeEvidence) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.m == nil {
-		m.m = map[types.NamespacedName]lifecycle.MergeEvidence{}
-	}
-	m.m[key] = ev
-}
-
-func (m *mergeRecords) forget(key types.NamespacedName) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.m, key)
-}
 
 // runMerge asks the forge to merge at the head the lifecycle approved, once per head while the
 // record says it is under way or done, and records the outcome for the next decision.

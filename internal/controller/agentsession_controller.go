@@ -46,10 +46,11 @@ type AgentSessionReconciler struct {
 	// ActionHook, when set, is called around every action (tests stop the manager there).
 	ActionHook ActionHook
 
-	// merges is the merge runner's record per session, evidence for the next decision.
-	merges mergeRecords
-	// actionErrs is the last failed level action per session.
-	actionErrs actionErrors
+	// merges is the merge runner's record per session, evidence for the next decision: what
+	// became of the last merge it ran.
+	merges perSession[lifecycle.MergeEvidence]
+	// actionErrs is the last failed level action per session, said in the next status.
+	actionErrs perSession[error]
 }
 
 // sessionScope is what one session reconcile observed and decided.
@@ -90,7 +91,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.Hub.Forget(req.NamespacedName)
 			r.Reports.Forget(req.NamespacedName)
 			r.merges.forget(req.NamespacedName)
-			r.actionErrs.set(req.NamespacedName, nil)
+			r.actionErrs.forget(req.NamespacedName)
 			if r.Deliveries != nil {
 				r.Deliveries.forget(req.NamespacedName)
 			}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/controller"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 	. "github.com/shepherd-dev/shepherd/test/builders"
 )
@@ -225,5 +226,31 @@ var _ = Describe("A level action that fails", func() {
 		Eventually(podExists(w.ns, "podquota-agent")).WithTimeout(30 * time.Second).Should(BeTrue())
 		Eventually(sessionStatus(w.ns, "podquota")).Should(HaveField("Conditions",
 			Not(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, agentsv1alpha1.ReasonReconcileError))))
+	})
+})
+
+var _ = Describe("The DeletePod action", func() {
+	It("never deletes a newer pod of the same name for the one the decision judged", func() {
+		ns := newNamespace()
+		pod := func() *corev1.Pod {
+			return &corev1.Pod{ObjectMeta: objMeta(ns, "s-agent"), Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "agent:1"}}}}
+		}
+		older := pod()
+		create(older)
+		judged := older.DeepCopy()                         // what the cache held when the decision was made
+		Expect(k8sClient.Delete(ctx, older)).To(Succeed()) // unscheduled: gone at once
+		newer := pod()
+		Eventually(func() error { return k8sClient.Create(ctx, newer) }).Should(Succeed())
+		Expect(newer.UID).NotTo(Equal(judged.UID))
+
+		Expect(controller.DeleteJudgedPod(ctx, k8sClient, judged)).To(Succeed(), "a stale judgement is not an error")
+		got := &corev1.Pod{}
+		Expect(k8sClient.Get(ctx, objKey(ns, "s-agent"), got)).To(Succeed())
+		Expect(got.UID).To(Equal(newer.UID))
+		Expect(got.DeletionTimestamp).To(BeNil(), "the newer pod is left alone")
+
+		Expect(controller.DeleteJudgedPod(ctx, k8sClient, got)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(ctx, objKey(ns, "s-agent"), &corev1.Pod{})) }).Should(BeTrue(),
+			"the pod judged is deleted")
 	})
 })

@@ -172,16 +172,18 @@ func (e *eval) followMerge(t agentsv1alpha1.ReactionTrigger, r Reaction, st *age
 		e.mergeGated = why // the approval was dismissed meanwhile, say
 		return false
 	}
-	method := r.MergeMethod
-	if method == "" {
-		method = DefaultMergeMethod
-	}
 	// The same action as the attempt it carries on (same id): the attempt is not counted again.
-	e.actions = append(e.actions, Action{
-		Type: ActionMerge, ID: actionID(t, st, key, st.Attempts), Trigger: t, MergeMethod: method,
-		PullRequestNumber: e.pr.number, ExpectedHeadSHA: e.pr.headSHA, Attempt: st.Attempts,
-	})
+	e.mergeAction(t, r, actionID(t, st, key, st.Attempts), st.Attempts)
 	return false
+}
+
+// mergeAction asks for the merge of the pull request at its head (withDefaults filled the
+// method).
+func (e *eval) mergeAction(t agentsv1alpha1.ReactionTrigger, r Reaction, id string, attempt int32) {
+	e.actions = append(e.actions, Action{
+		Type: ActionMerge, ID: id, Trigger: t, MergeMethod: r.MergeMethod,
+		PullRequestNumber: e.pr.number, ExpectedHeadSHA: e.pr.headSHA, Attempt: attempt,
+	})
 }
 
 // fixFailed reports that checks failed again after the agent was sent a failure; it is said
@@ -251,16 +253,9 @@ func (e *eval) attempt(t agentsv1alpha1.ReactionTrigger, r Reaction, st *agentsv
 			e.mergeGated = why
 			return
 		}
-		method := r.MergeMethod
-		if method == "" {
-			method = DefaultMergeMethod
-		}
-		e.actions = append(e.actions, Action{
-			Type: ActionMerge, ID: id, Trigger: t, MergeMethod: method,
-			PullRequestNumber: e.pr.number, ExpectedHeadSHA: e.pr.headSHA, Attempt: data.Attempt,
-		})
+		e.mergeAction(t, r, id, data.Attempt)
 		e.reactionEvent(agentsv1alpha1.EventMergeReady, agentsv1alpha1.PriorityAction, agentsv1alpha1.ReasonMergeRequested, t,
-			fmt.Sprintf("Requested a %s merge of %s at %s", method, e.pr.ref(), short(e.pr.headSHA)))
+			fmt.Sprintf("Requested a %s merge of %s at %s", r.MergeMethod, e.pr.ref(), short(e.pr.headSHA)))
 	default:
 		e.escalate(t, st, v, "unknown action "+strconv.Quote(string(r.Action)))
 		return

@@ -1,0 +1,18 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+)
+
+// DeleteJudgedPod runs the DeletePod action's runner for the pod a decision judged, as the
+// AgentSession controller does after the status write (for the envtest suite, package
+// controller_test).
+func DeleteJudgedPod(ctx context.Context, c client.Client, judged *corev1.Pod) error {
+	r := &AgentSessionReconciler{Deps: &Deps{Client: c}}
+	return r.runDeletePod(ctx, &sessionScope{pod: judged}, lifecycle.Action{Type: lifecycle.ActionDeletePod, PodUID: string(judged.UID)})
+}
