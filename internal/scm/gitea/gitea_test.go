@@ -353,7 +353,10 @@ func TestMergeWithStaleHeadIsRefused(t *testing.T) {
 	g.Expect(hc.Actual).To(Equal(moved))
 	codes := statuses(e.exchanges(http.MethodPost, fmt.Sprintf("/pulls/%d/merge", pr.Number)))
 	g.Expect(codes).NotTo(BeEmpty())
-	g.Expect(codes[len(codes)-1]).To(Equal(http.StatusConflict), "Gitea's head guard answered 409")
+	// The head guard answers 409; a 405 "try again later" answered while Gitea still checks the new
+	// head is also read as a moved head, since the adapter re-reads the pull request after every
+	// refusal and the head it finds there is the reason that holds.
+	g.Expect(codes[len(codes)-1]).To(BeElementOf(http.StatusConflict, http.StatusMethodNotAllowed), "the head guard or the re-read: %v", codes)
 	for _, c := range codes[:len(codes)-1] {
 		g.Expect(c).To(Equal(http.StatusMethodNotAllowed), "only 'try again later' before it: %v", codes)
 	}
