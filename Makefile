@@ -133,7 +133,7 @@ build: generated ## Build the manager and runner binaries into ./bin.
 
 .PHONY: run
 run: generated ## Run the manager on this machine against the current kubeconfig.
-	go run ./cmd/manager --metrics-bind-address=:8080 --health-probe-bind-address=:8081
+	go run ./cmd/manager --metrics-bind-address=127.0.0.1:8080 --metrics-secure=false --health-probe-bind-address=:8081
 
 .PHONY: docker-build
 docker-build: ## Build the manager image with a Docker engine (the production recipe).

@@ -134,6 +134,7 @@ type options struct {
 	leaderElectNS   string
 	watchNamespaces string
 	secureMetrics   bool
+	metricsCertDir  string
 	enableHTTP2     bool
 
 	runnerAddr       string
@@ -163,13 +164,14 @@ type options struct {
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderElectID, "leader-election-id", "shepherd-manager.agents.shepherd.dev", "Name of the Lease used for leader election.")
 	fs.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the manager's own namespace.")
 	fs.StringVar(&o.watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches all namespaces.")
-	fs.BoolVar(&o.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS with authentication and authorization (needs the metrics-auth RBAC in config/rbac).")
+	fs.BoolVar(&o.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS to clients whose bearer token the API server authenticates and authorises for GET /metrics (the metrics-reader ClusterRole; needs the metrics-auth RBAC in config/rbac). Off serves plain HTTP to anyone: only for a loopback address in development.")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory with the metrics endpoint's tls.crt and tls.key (a cert-manager Certificate's Secret, for example); empty serves a self-signed certificate made at start.")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics server (off by default: CVE-2023-44487, rapid reset).")
 	fs.StringVar(&o.runnerAddr, "runner-bind-address", ":8090", "Address the runner channel (agent pods → manager) binds to; \"0\" disables it.")
 	fs.BoolVar(&o.runnerTLS, "runner-tls", true, "Serve the runner channel over TLS with a certificate of the manager's own CA (kept in the Secret shepherd-runner-tls of $POD_NAMESPACE, published to agent pods as the ConfigMap shepherd-runner-ca). Off only for development.")
@@ -287,6 +289,10 @@ func run(o options) error {
 		BindAddress:   o.metricsAddr,
 		SecureServing: o.secureMetrics,
 		TLSOpts:       tlsOpts,
+	}
+	if o.secureMetrics {
+		metricsOpts.CertDir = o.metricsCertDir
+		metricsOpts.FilterProvider = metricsAuth
 	}
 	images, err := o.images()
 	if err != nil {

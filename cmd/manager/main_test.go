@@ -43,6 +43,9 @@ func TestDefaultsAreValid(t *testing.T) {
 	if o.kubeAPIQPS != 100 || o.kubeAPIBurst != 200 || o.maxConcurrent != 16 {
 		t.Errorf("defaults changed: qps %v burst %d reconciles %d (update docs/operations.md and docs/performance.md)", o.kubeAPIQPS, o.kubeAPIBurst, o.maxConcurrent)
 	}
+	if !o.secureMetrics || o.metricsAddr != ":8443" {
+		t.Errorf("metrics are served without authentication by default (secure %v on %s): docs/metrics.md says otherwise", o.secureMetrics, o.metricsAddr)
+	}
 }
 
 func TestCacheStripsManagedFields(t *testing.T) {

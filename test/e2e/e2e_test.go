@@ -3,8 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +18,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -34,7 +35,7 @@ import (
 const (
 	managerNamespace  = "shepherd-system"
 	managerDeployment = "shepherd-manager"
-	metricsService    = "shepherd-manager-metrics"
+	metricsService    = scenario.MetricsService
 	leaderElectionID  = "shepherd-manager.agents.shepherd.dev"
 	runnerImage       = "shepherd-runner:latest"
 )
@@ -113,22 +114,36 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		Expect(pod.Spec.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
 	})
 
-	It("serves the manager's metrics through its Service", func() {
-		svc := &corev1.Service{}
-		Expect(c.client.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: metricsService}, svc)).To(Succeed())
-		// From the host through kube-proxy's ClusterIP rules to the pod's :8080.
-		url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))))
-		httpc := &http.Client{Timeout: 5 * time.Second}
+	It("serves the manager's metrics through its Service only to a scraper allowed to read them", func() {
+		// From the host through kube-proxy's ClusterIP rules to the pod's :8443, over HTTPS.
+		scraper, err := scenario.NewMetricsScraper(ctx, c.clientset)
+		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) {
-			resp, err := httpc.Get(url)
-			g.Expect(err).NotTo(HaveOccurred())
-			defer func() { _ = resp.Body.Close() }()
-			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-			body, err := io.ReadAll(resp.Body)
+			body, err := scraper.Scrape(ctx)
 			g.Expect(err).NotTo(HaveOccurred())
 			// controller-runtime's metrics, and this replica is the leader.
-			g.Expect(string(body)).To(ContainSubstring(fmt.Sprintf("leader_election_master_status{name=%q} 1", leaderElectionID)))
+			g.Expect(body).To(ContainSubstring(fmt.Sprintf("leader_election_master_status{name=%q} 1", leaderElectionID)))
 		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+
+		By("without a token, and with the token of a ServiceAccount not bound to the metrics-reader role")
+		code, body, err := scraper.Get(ctx, false)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(code).To(Equal(http.StatusUnauthorized), body)
+		stranger := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: managerNamespace, Name: "e2e-metrics-stranger"}}
+		Expect(client.IgnoreAlreadyExists(c.client.Create(ctx, stranger))).To(Succeed())
+		tr, err := c.clientset.CoreV1().ServiceAccounts(managerNamespace).CreateToken(ctx, stranger.Name, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scraper.URL, nil)
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+		resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the manager's self-signed metrics certificate
+		}}).Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusForbidden))
 	})
 
 	It("clones with real git from the runner image, from a git server on the host", func() {

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,8 +13,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/test/scenario"
@@ -81,18 +77,13 @@ func giteaSession(ctx context.Context, c *cluster) {
 // (shepherd_scm_webhook_deliveries_total), through the metrics Service.
 func webhookDeliveries(ctx context.Context, c *cluster) map[string]float64 {
 	GinkgoHelper()
-	svc := &corev1.Service{}
-	Expect(c.client.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: metricsService}, svc)).To(Succeed())
-	url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))))
+	scraper, err := scenario.NewMetricsScraper(ctx, c.clientset)
+	Expect(err).NotTo(HaveOccurred())
 	out := map[string]float64{}
 	Eventually(func(g Gomega) {
-		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+		body, err := scraper.Scrape(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
-		defer func() { _ = resp.Body.Close() }()
-		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-		body, err := io.ReadAll(resp.Body)
-		g.Expect(err).NotTo(HaveOccurred())
-		sc := bufio.NewScanner(strings.NewReader(string(body)))
+		sc := bufio.NewScanner(strings.NewReader(body))
 		for sc.Scan() {
 			line := sc.Text()
 			rest, ok := strings.CutPrefix(line, `shepherd_scm_webhook_deliveries_total{event="`)

@@ -133,7 +133,7 @@ func trustSession(ctx context.Context, c *cluster) {
 		"the API server's Service":                                 net.JoinHostPort(apiSvc.Spec.ClusterIP, "443"),
 		"the API server on the node":                               net.JoinHostPort(host, "6443"),
 		"the node's kubelet":                                       net.JoinHostPort(host, "10250"),
-		"the manager's metrics port":                               net.JoinHostPort(mgr.Status.PodIP, "8080"),
+		"the manager's metrics port":                               net.JoinHostPort(mgr.Status.PodIP, "8443"),
 		"the manager's probe port":                                 net.JoinHostPort(mgr.Status.PodIP, "8081"),
 		"the manager's webhook port":                               net.JoinHostPort(mgr.Status.PodIP, "8091"),
 		"another Service (the manager's metrics)":                  net.JoinHostPort(metricsSvc.Spec.ClusterIP, strconv.Itoa(int(metricsSvc.Spec.Ports[0].Port))),
@@ -186,7 +186,7 @@ func trustSession(ctx context.Context, c *cluster) {
 			"an address instead of a name":     fmt.Sprintf("http://%s/", net.JoinHostPort(host, strconv.Itoa(allowed.port))),
 			"the allowed name on another port": fmt.Sprintf("http://%s:%s/", allowedHost, strings.Split(forgeAddr, ":")[1]),
 			"the forge's API by its address":   p.gh.APIURL() + "/",
-			"the manager's metrics by address": fmt.Sprintf("http://%s/metrics", net.JoinHostPort(mgr.Status.PodIP, "8080")),
+			"the manager's metrics by address": fmt.Sprintf("http://%s/metrics", net.JoinHostPort(mgr.Status.PodIP, "8443")),
 		},
 		ConnectDenied: map[string]string{
 			"a host name not on the list": deniedHost + ":443",

@@ -468,7 +468,7 @@ func startManager(ctx context.Context, o options, kubeconfig, ns string, n int) 
 	}
 	cmd := exec.Command(bin,
 		"--kubeconfig="+kubeconfig, "--watch-namespaces="+ns, "--leader-elect=false",
-		"--metrics-bind-address="+managerMetrics, "--health-probe-bind-address="+managerProbes,
+		"--metrics-bind-address="+managerMetrics, "--metrics-secure=false", "--health-probe-bind-address="+managerProbes,
 		"--runner-bind-address="+managerRunner, "--runner-url=http://"+managerRunner, "--webhook-bind-address=0",
 		fmt.Sprintf("--kube-api-qps=%g", o.managerQPS), fmt.Sprintf("--kube-api-burst=%d", o.managerBurst),
 		fmt.Sprintf("--max-concurrent-reconciles=%d", o.reconciles),

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -343,30 +341,19 @@ func load1() string {
 // count.
 type timeToRunning map[string][2]float64
 
-// scrapeTimeToRunning reads the manager's metrics through its Service, from this host.
+// scrapeTimeToRunning reads the manager's metrics through its Service, from this host, as an
+// allowed scraper (docs/metrics.md).
 func (b *bench) scrapeTimeToRunning(ctx context.Context) (timeToRunning, error) {
-	svc := &corev1.Service{}
-	if err := b.env.cl.Get(ctx, client.ObjectKey{Namespace: scenario.ManagerNamespace, Name: "shepherd-manager-metrics"}, svc); err != nil {
-		return nil, err
-	}
-	if len(svc.Spec.Ports) == 0 {
-		return nil, errors.New("the metrics Service has no port")
-	}
-	url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	scraper, err := scenario.NewMetricsScraper(ctx, b.env.cs)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	body, err := scraper.Scrape(ctx)
 	if err != nil {
 		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	out := timeToRunning{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
