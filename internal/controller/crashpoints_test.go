@@ -58,6 +58,12 @@ func restartAfterCrash(a *agent, hit <-chan struct{}) {
 func mergeWorld(name string) (*world, *agent) {
 	GinkgoHelper()
 	w := newWorld()
+	return w, mergeSession(w, name)
+}
+
+// mergeSession is mergeWorld's session in an existing world.
+func mergeSession(w *world, name string) *agent {
+	GinkgoHelper()
 	Expect(gh.SetProtection(w.full, fakegithub.Protection{RequiredChecks: []string{"test"}, RequiredApprovals: 1})).To(Succeed())
 	create(w.project().Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).Obj())
 	a := w.agent(name)
@@ -68,7 +74,7 @@ func mergeWorld(name string) (*world, *agent) {
 	a.openPR()
 	a.report(agentsv1alpha1.ActivityReady)
 	a.expect(agentsv1alpha1.PhaseReviewPending)
-	return w, a
+	return a
 }
 
 // The crash-point harness: for each action type the manager dies right after the status write

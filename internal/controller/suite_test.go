@@ -21,6 +21,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -133,9 +134,14 @@ type managerUnderTest struct {
 	// tlsNamespace, when set, serves the runner channel over TLS with the manager's own CA, kept
 	// in that namespace (the manager's own, in a cluster).
 	tlsNamespace string
-	cancel       context.CancelFunc
-	done         chan struct{}
-	deps         *controller.Deps
+	// identity, when set, is the user the manager acts as (impersonated): a ServiceAccount with
+	// only the RBAC an install gives it.
+	identity *rest.ImpersonationConfig
+	// namespaces, when set, are the only namespaces the manager watches (--watch-namespaces).
+	namespaces []string
+	cancel     context.CancelFunc
+	done       chan struct{}
+	deps       *controller.Deps
 	// elected is closed once the manager leads (at once without leader election).
 	elected <-chan struct{}
 	// actionHook, when set, is called around every action (crashpoints_test.go).
@@ -162,6 +168,17 @@ func (m *managerUnderTest) start() {
 	if m.name != "" {
 		opts.Client = client.Options{FieldOwner: m.name}
 	}
+	restCfg := cfg
+	if m.identity != nil {
+		restCfg = rest.CopyConfig(cfg)
+		restCfg.Impersonate = *m.identity
+	}
+	if len(m.namespaces) > 0 {
+		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range m.namespaces {
+			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
 	if m.leaseNamespace != "" {
 		// A short lease, released on stop, so that a standby takes over within a second or two.
 		lease, renew, retry := 4*time.Second, 3*time.Second, 200*time.Millisecond
@@ -169,7 +186,7 @@ func (m *managerUnderTest) start() {
 		opts.LeaderElectionReleaseOnCancel = true
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &lease, &renew, &retry
 	}
-	k8sMgr, err := ctrl.NewManager(cfg, opts)
+	k8sMgr, err := ctrl.NewManager(restCfg, opts)
 	Expect(err).NotTo(HaveOccurred())
 	m.elected = k8sMgr.Elected()
 	policy := notify.DefaultPolicy
