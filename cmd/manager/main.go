@@ -16,10 +16,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
@@ -320,6 +322,10 @@ func run(o options) error {
 			return fmt.Errorf("--runner-url %q must be https:// while --runner-tls is on", o.runnerURL)
 		}
 	}
+	leaderLabels, leaderLease, err := o.leader(log)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
@@ -329,8 +335,11 @@ func run(o options) error {
 		LeaderElectionNamespace: o.leaderElectNS,
 		// Releasing the lease on a clean shutdown lets a new replica take over at once.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(namespaces),
-		Controller:                    ctrlconfig.Controller{MaxConcurrentReconciles: o.maxConcurrent},
+		// Each replica stamps its address on the Lease: a standby forwards runner calls and
+		// webhook deliveries to the address of the Lease's holder.
+		LeaderElectionLabels: leaderLabels,
+		Cache:                cacheOptions(namespaces),
+		Controller:           ctrlconfig.Controller{MaxConcurrentReconciles: o.maxConcurrent},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -415,6 +424,7 @@ func run(o options) error {
 		},
 		RunnerBindAddress:  o.runnerAddr,
 		RunnerTLSNames:     tlsNames,
+		LeaderLease:        leaderLease,
 		WebhookBindAddress: o.webhookAddr,
 		WebhookMaxBody:     o.webhookMaxBody,
 	}); err != nil {
@@ -431,6 +441,35 @@ func run(o options) error {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
+}
+
+// leader is what leader election adds: the labels with which this replica stamps its address
+// on the Lease ($POD_IP and the runner and webhook ports), and the Lease, which standbys read to
+// forward to the leader. Without $POD_IP a standby cannot be found by the others: it still
+// forwards to the leader, but a leader without it is unreachable from standbys until it restarts
+// with it (config/manager sets it).
+func (o *options) leader(log logr.Logger) (map[string]string, types.NamespacedName, error) {
+	if !o.leaderElect {
+		return nil, types.NamespacedName{}, nil
+	}
+	ns := o.leaderElectNS
+	if ns == "" {
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if ns == "" {
+		return nil, types.NamespacedName{}, errors.New("--leader-elect needs --leader-election-namespace or $POD_NAMESPACE")
+	}
+	lease := types.NamespacedName{Namespace: ns, Name: o.leaderElectID}
+	ip := os.Getenv("POD_IP")
+	if ip == "" {
+		log.Info("POD_IP is not set: standbys cannot forward runner calls and webhook deliveries to this replica when it leads")
+		return nil, lease, nil
+	}
+	labels, err := controller.LeaderLabels(ip, int(bindPort(o.runnerAddr)), int(bindPort(o.webhookAddr)))
+	if err != nil {
+		return nil, lease, err
+	}
+	return labels, lease, nil
 }
 
 func splitComma(s string) []string {

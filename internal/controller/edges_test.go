@@ -25,16 +25,27 @@ import (
 // post sends a delivery to the manager's receiver at path, signed with secret.
 func post(path, event string, body, secret []byte) int {
 	GinkgoHelper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+mgr.webhookAddr+path, bytes.NewReader(body))
+	code, err := postTo(mgr.webhookAddr, path, event, body, secret)
 	Expect(err).NotTo(HaveOccurred())
+	return code
+}
+
+// postTo sends a signed delivery to the receiver at addr (one replica's).
+func postTo(addr, path, event string, body, secret []byte) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-GitHub-Event", event)
 	req.Header.Set("X-GitHub-Delivery", fmt.Sprintf("%d", time.Now().UnixNano()))
 	req.Header.Set("X-Hub-Signature-256", webhook.Sign(secret, body))
-	resp, err := http.DefaultClient.Do(req)
-	Expect(err).NotTo(HaveOccurred())
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err
+	}
 	_ = resp.Body.Close()
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 var _ = Describe("Webhook deliveries", func() {

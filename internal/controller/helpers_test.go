@@ -144,6 +144,11 @@ func connectRunner(pod *corev1.Pod, projectName string) *fakeRunner {
 
 // connectRunnerE makes a token bound to pod, as the kubelet projects it, and fetches the task.
 func connectRunnerE(pod *corev1.Pod, projectName string) (*fakeRunner, error) {
+	return connectRunnerAt(mgr.runnerAddr, pod, projectName)
+}
+
+// connectRunnerAt is connectRunnerE through the runner channel at addr (one replica's).
+func connectRunnerAt(addr string, pod *corev1.Pod, projectName string) (*fakeRunner, error) {
 	tr, err := clientset.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, projectName+"-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
 		Audiences: []string{runnerapi.Audience}, ExpirationSeconds: ptr.To[int64](600),
 		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
@@ -155,7 +160,7 @@ func connectRunnerE(pod *corev1.Pod, projectName string) (*fakeRunner, error) {
 	if err := os.WriteFile(f, []byte(tr.Status.Token), 0o600); err != nil {
 		return nil, err
 	}
-	c, err := runnerapi.NewClient("http://"+mgr.runnerAddr, f, "")
+	c, err := runnerapi.NewClient("http://"+addr, f, "")
 	if err != nil {
 		return nil, err
 	}

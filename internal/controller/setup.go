@@ -55,6 +55,10 @@ type Config struct {
 	// ActionHook is called around every action of a session's decision (tests only: the
 	// crash-point harness stops the manager there).
 	ActionHook ActionHook
+	// LeaderLease is the leader-election Lease when the manager runs under leader election:
+	// every replica then serves the runner channel and the webhook receiver, a standby
+	// forwarding each request to the leader the Lease names (LeaderLabels).
+	LeaderLease types.NamespacedName
 }
 
 // Setup wires the three reconcilers, the runner channel, the forge hub and webhook receiver, and
@@ -131,57 +135,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		return nil, fmt.Errorf("add notification dispatcher: %w", err)
 	}
 
-	var handler *runnerapi.Handler
-	if cfg.RunnerBindAddress != "" && cfg.RunnerBindAddress != "0" {
-		// The reviews have a client and a rate of their own: tokens from every pod cannot spend
-		// the reconcilers' share of the API server (docs/security.md, the runner channel).
-		reviewCfg := rest.CopyConfig(mgr.GetConfig())
-		reviewCfg.QPS, reviewCfg.Burst = reviewQPS, reviewBurst
-		reviewClient, err := client.New(reviewCfg, client.Options{Scheme: mgr.GetScheme()})
-		if err != nil {
-			return nil, fmt.Errorf("token review client: %w", err)
-		}
-		handler, err = runnerapi.NewHandler(runnerapi.HandlerOptions{
-			Backend:      &RunnerBackend{Deps: deps},
-			Reviewer:     runnerapi.NewTokenReviewer(reviewClient),
-			GitTransport: gitTransport,
-			Pods:         mgr.GetClient(),
-			LivePods:     mgr.GetAPIReader(),
-			Identify:     runnerapi.StandardIdentify(PodNames),
-			Log:          mgr.GetLogger().WithName("runnerapi"),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("runner channel: %w", err)
-		}
-		srv := &httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: countReports(handler, m)}
-		if len(cfg.RunnerTLSNames) > 0 {
-			certs := &runnertls.Certificates{}
-			deps.RunnerCA = newRunnerCA()
-			sync := &certSync{client: mgr.GetClient(), reader: mgr.GetAPIReader(), namespace: cfg.ManagerNamespace, names: cfg.RunnerTLSNames,
-				certs: certs, ca: deps.RunnerCA, now: deps.now, onCA: func() { requeueAllProjects(ctx, mgr.GetClient(), projectEvents) }}
-			if err := mgr.Add(sync); err != nil {
-				return nil, fmt.Errorf("add runner TLS: %w", err)
-			}
-			srv.tls, srv.ready = certs.ServerConfig(), deps.RunnerCA.wait
-		}
-		if err := mgr.Add(srv); err != nil {
-			return nil, fmt.Errorf("add runner channel: %w", err)
-		}
+	var locator *leaderLocator
+	if cfg.LeaderLease.Name != "" {
+		locator = &leaderLocator{reader: mgr.GetAPIReader(), lease: cfg.LeaderLease, elected: mgr.Elected(), now: time.Now}
 	}
-	if cfg.WebhookBindAddress != "" && cfg.WebhookBindAddress != "0" {
-		wh, err := webhook.NewHandler(webhook.Options{
-			Lookup:  webhookTargets(deps),
-			MaxBody: cfg.WebhookMaxBody,
-			OnHint:  hub.Notify,
-			Metrics: scmMetrics,
-			Logger:  mgr.GetLogger().WithName("webhook"),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("webhook receiver: %w", err)
-		}
-		if err := mgr.Add(&httpServer{name: "webhook receiver", addr: cfg.WebhookBindAddress, handler: wh, limits: webhookLimits}); err != nil {
-			return nil, fmt.Errorf("add webhook receiver: %w", err)
-		}
+	handler, err := setupRunnerChannel(ctx, mgr, cfg, deps, gitTransport, locator, projectEvents)
+	if err != nil {
+		return nil, err
+	}
+	if err := setupWebhooks(mgr, cfg, deps, locator); err != nil {
+		return nil, err
 	}
 
 	sessions := &AgentSessionReconciler{Deps: deps, Events: events, ActionHook: cfg.ActionHook}
@@ -199,6 +162,99 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	}
 	return deps, nil
 }
+
+// setupRunnerChannel adds the runner channel's server (nil when it is off): token reviews on a
+// client of their own, TLS with the manager's own CA when RunnerTLSNames are set, and, under
+// leader election, forwarding from a standby to the leader.
+func setupRunnerChannel(ctx context.Context, mgr ctrl.Manager, cfg Config, deps *Deps, gitTransport http.RoundTripper,
+	locator *leaderLocator, projectEvents chan event.GenericEvent) (*runnerapi.Handler, error) {
+	if cfg.RunnerBindAddress == "" || cfg.RunnerBindAddress == "0" {
+		return nil, nil
+	}
+	// The reviews have a client and a rate of their own: tokens from every pod cannot spend
+	// the reconcilers' share of the API server (docs/security.md, the runner channel).
+	reviewCfg := rest.CopyConfig(mgr.GetConfig())
+	reviewCfg.QPS, reviewCfg.Burst = reviewQPS, reviewBurst
+	reviewClient, err := client.New(reviewCfg, client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, fmt.Errorf("token review client: %w", err)
+	}
+	handler, err := runnerapi.NewHandler(runnerapi.HandlerOptions{
+		Backend:      &RunnerBackend{Deps: deps},
+		Reviewer:     runnerapi.NewTokenReviewer(reviewClient),
+		GitTransport: gitTransport,
+		Pods:         mgr.GetClient(),
+		LivePods:     mgr.GetAPIReader(),
+		Identify:     runnerapi.StandardIdentify(PodNames),
+		Log:          mgr.GetLogger().WithName("runnerapi"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runner channel: %w", err)
+	}
+	srv := &httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: countReports(handler, deps.Metrics)}
+	scheme := "http"
+	if len(cfg.RunnerTLSNames) > 0 {
+		certs := &runnertls.Certificates{}
+		deps.RunnerCA = newRunnerCA()
+		sync := &certSync{client: mgr.GetClient(), reader: mgr.GetAPIReader(), namespace: cfg.ManagerNamespace, names: cfg.RunnerTLSNames,
+			certs: certs, ca: deps.RunnerCA, now: deps.now, onCA: func() { requeueAllProjects(ctx, mgr.GetClient(), projectEvents) }}
+		if err := mgr.Add(sync); err != nil {
+			return nil, fmt.Errorf("add runner TLS: %w", err)
+		}
+		srv.tls, srv.ready, scheme = certs.ServerConfig(), deps.RunnerCA.wait, "https"
+	}
+	if locator != nil {
+		tr := &leaderTransport{ca: deps.RunnerCA, serverName: runnerServerName(cfg.RunnerURL)}
+		srv.handler = &toLeader{name: srv.name, locator: locator, portLabel: LabelLeaderRunnerPort, local: srv.handler,
+			scheme: scheme, transport: tr.get, budget: runnerForwardBudget, slots: make(chan struct{}, runnerForwardSlots),
+			log: mgr.GetLogger().WithName("runnerapi")}
+		srv.anyReplica = true
+	}
+	if err := mgr.Add(srv); err != nil {
+		return nil, fmt.Errorf("add runner channel: %w", err)
+	}
+	return handler, nil
+}
+
+// setupWebhooks adds the webhook receiver's server, forwarding from a standby to the leader under
+// leader election (the Poller the hints feed runs there).
+func setupWebhooks(mgr ctrl.Manager, cfg Config, deps *Deps, locator *leaderLocator) error {
+	if cfg.WebhookBindAddress == "" || cfg.WebhookBindAddress == "0" {
+		return nil
+	}
+	wh, err := webhook.NewHandler(webhook.Options{
+		Lookup:  webhookTargets(deps),
+		MaxBody: cfg.WebhookMaxBody,
+		OnHint:  deps.Hub.Notify,
+		Metrics: deps.SCMMetrics,
+		Logger:  mgr.GetLogger().WithName("webhook"),
+	})
+	if err != nil {
+		return fmt.Errorf("webhook receiver: %w", err)
+	}
+	srv := &httpServer{name: "webhook receiver", addr: cfg.WebhookBindAddress, handler: wh, limits: webhookLimits}
+	if locator != nil {
+		tr := &leaderTransport{}
+		srv.handler = &toLeader{name: srv.name, locator: locator, portLabel: LabelLeaderWebhookPort, local: wh,
+			scheme: "http", transport: tr.get, budget: webhookForwardBudget, slots: make(chan struct{}, webhookForwardSlots),
+			log: mgr.GetLogger().WithName("webhook")}
+		srv.anyReplica = true
+	}
+	if err := mgr.Add(srv); err != nil {
+		return fmt.Errorf("add webhook receiver: %w", err)
+	}
+	return nil
+}
+
+// How a standby hands requests to the leader. A leader that releases its Lease (a rollout, a
+// drain, a deleted pod) is replaced within a couple of seconds; one that died holds the Lease for
+// its duration (15 s). The runner's calls allow 20 s; a forge waits 10 s for a delivery's answer.
+const (
+	runnerForwardBudget  = 15 * time.Second
+	runnerForwardSlots   = 64
+	webhookForwardBudget = 8 * time.Second
+	webhookForwardSlots  = 16
+)
 
 // The token reviewer's client: its own rate, above the channel's own pace of reviews (50 a second
 // in bursts of 200, runnerapi.HandlerOptions), so that the client never queues what the channel
@@ -344,6 +400,9 @@ type httpServer struct {
 	ready <-chan struct{}
 	// limits, when set, bound the server for callers on the internet (the webhook receiver).
 	limits *serverLimits
+	// anyReplica serves on every replica (its handler forwards to the leader); otherwise only
+	// the leader listens.
+	anyReplica bool
 }
 
 // serverLimits bound what one client, or many, can make a server hold.
@@ -360,7 +419,7 @@ var webhookLimits = &serverLimits{ReadTimeout: 15 * time.Second, WriteTimeout: 1
 
 var _ manager.LeaderElectionRunnable = (*httpServer)(nil)
 
-func (s *httpServer) NeedLeaderElection() bool { return true }
+func (s *httpServer) NeedLeaderElection() bool { return !s.anyReplica }
 
 func (s *httpServer) Start(ctx context.Context) error {
 	if s.ready != nil {

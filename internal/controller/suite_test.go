@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -185,6 +186,9 @@ func (m *managerUnderTest) start() {
 		opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = true, "shepherd-test", m.leaseNamespace
 		opts.LeaderElectionReleaseOnCancel = true
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &lease, &renew, &retry
+		labels, err := controller.LeaderLabels("127.0.0.1", portOf(m.runnerAddr), portOf(m.webhookAddr))
+		Expect(err).NotTo(HaveOccurred())
+		opts.LeaderElectionLabels = labels
 	}
 	k8sMgr, err := ctrl.NewManager(restCfg, opts)
 	Expect(err).NotTo(HaveOccurred())
@@ -213,6 +217,7 @@ func (m *managerUnderTest) start() {
 		PollerOptions:      scm.PollerOptions{MaxAge: 2 * time.Second, HintDelay: 50 * time.Millisecond, HintInterval: 100 * time.Millisecond},
 		NotifyPolicy:       &policy,
 		ActionHook:         m.hook,
+		LeaderLease:        m.lease(),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	go func() {
@@ -231,6 +236,24 @@ func (m *managerUnderTest) start() {
 		}
 		return err
 	}).WithTimeout(20 * time.Second).Should(Succeed())
+}
+
+// lease is the leader-election Lease of a manager under leader election.
+func (m *managerUnderTest) lease() types.NamespacedName {
+	if m.leaseNamespace == "" {
+		return types.NamespacedName{}
+	}
+	return types.NamespacedName{Namespace: m.leaseNamespace, Name: "shepherd-test"}
+}
+
+// portOf is the port of a host:port address (0 for "0").
+func portOf(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 func (m *managerUnderTest) stop() {
