@@ -276,6 +276,10 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		giteaSession(ctx, c)
 	})
 
+	It("serves with two replicas: the leader deleted during a stream of signed deliveries and runner calls loses none", func() {
+		haFailover(ctx, c)
+	})
+
 	It("tears the cluster down cleanly", func() {
 		By("leaving a volume mounted by a running pod, which down must unmount and delete")
 		ns := restrictedNamespace(ctx, c, "e2e-teardown-")
