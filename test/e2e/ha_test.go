@@ -36,7 +36,13 @@ import (
 func haFailover(ctx context.Context, c *cluster) {
 	By("scaling the manager to two replicas")
 	scaleManager(ctx, c, 2)
-	DeferCleanup(func() { scaleManager(context.Background(), c, 1) })
+	DeferCleanup(func() {
+		// Best effort: after a failure the suite may already have stopped the cluster.
+		d := &appsv1.Deployment{}
+		if c.client.Get(context.Background(), client.ObjectKey{Namespace: managerNamespace, Name: managerDeployment}, d) == nil {
+			scaleManager(context.Background(), c, 1)
+		}
+	})
 	leader := leaderPod(ctx, c)
 	lease := &coordinationv1.Lease{}
 	Expect(c.client.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: leaderElectionID}, lease)).To(Succeed())
@@ -50,7 +56,8 @@ func haFailover(ctx context.Context, c *cluster) {
 	ns := restrictedNamespace(ctx, c, "e2e-ha-")
 	DeferCleanup(func() { _ = c.client.Delete(context.Background(), ns) })
 	m, err := scenario.Render(filepath.Join(repoRoot(), "config", "samples", "demo"), ns.Name,
-		scenario.ValuesFor(gh, "http://"+net.JoinHostPort(host, "9"), "", host, time.Minute))
+		// No model and no notification receiver: no session runs here, the Project only verifies deliveries.
+		scenario.ValuesFor(gh, "http://"+net.JoinHostPort(host, "9"), "http://"+net.JoinHostPort(host, "9")+"/notify", host, time.Minute))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(m.ApplySetup(ctx, c.client)).To(Succeed())
 	Expect(scenario.WaitProjectReady(ctx, c.client, client.ObjectKeyFromObject(m.Project), time.Minute)).To(Succeed())
