@@ -21,6 +21,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +51,20 @@ func BenchmarkSCMEconomy(b *testing.B) {
 			fmt.Fprintf(out, "%-24s %10d %8d %8d %8d %10d %11.3f %9.2f%% %9s %6s/%-6s %9s\n", r.Name, r.REST, r.NotMod, r.GQLQueries, r.GQLPoints,
 				r.Counted(), per, 100*float64(r.Counted())/float64(naive.Counted()), r.MaxAge, r.LatencyP50, r.LatencyP95, r.LatencyMax)
 		}
-		fmt.Fprintf(out, "webhook deliveries: %d; changes never observed: polling %d, webhooks %d\n\n", hooks.Webhooks, polling.MissedChanges, hooks.MissedChanges)
+		fmt.Fprintf(out, "webhook deliveries: %d; changes never observed: polling %d, webhooks %d\n", hooks.Webhooks, polling.MissedChanges, hooks.MissedChanges)
+		// With webhooks, what a delivery states is seen as it arrives (its facts); what it does
+		// not (a review decision, a failed job's log, a thread) is read within the hint delay.
+		fmt.Fprintf(out, "with webhooks, change → first seen, by kind:")
+		kinds := make([]string, 0, len(hooks.ByKind))
+		for k := range hooks.ByKind {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for _, k := range kinds {
+			v := hooks.ByKind[k]
+			fmt.Fprintf(out, " %s n=%d p50=%s max=%s;", strings.TrimSuffix(k, "/"), len(v), v[len(v)/2], v[len(v)-1])
+		}
+		fmt.Fprintf(out, "\n\n")
 		b.ReportMetric(float64(polling.Counted())/prHours, "polling-counted/PR-h")
 		b.ReportMetric(float64(hooks.Counted())/prHours, "webhooks-counted/PR-h")
 		b.ReportMetric(float64(naive.Counted())/prHours, "naive-counted/PR-h")

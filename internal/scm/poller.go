@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -69,6 +70,10 @@ type PollerOptions struct {
 	// right after), while a busy installation still pays one call per HintInterval on average.
 	// 1 restores the strict pace.
 	HintBurst int
+	// FactRecheck is when an item whose change a webhook's facts stated, but which implies
+	// something only the forge computes (mergeability after its head or base moved), is read
+	// again (default 4×HintInterval): late enough to gather many into one call.
+	FactRecheck time.Duration
 	// BatchSize is how many items one call carries (default: the Refresher's BatchSize).
 	BatchSize int
 	// Clock drives scheduling (default the real clock).
@@ -94,6 +99,9 @@ type Poller struct {
 	mu       sync.Mutex
 	items    map[types.NamespacedName]*pollItem
 	webhooks map[webhookKey]time.Time
+	// required are the check names each base branch requires, as reads showed them
+	// (keepRequiredNamesLocked).
+	required map[string][]string
 	// hintTAT is the hint budget (see HintBurst and hintReadyAtLocked): each hint-driven call
 	// moves it HintInterval past the later of itself and the call's time.
 	hintTAT time.Time
@@ -118,6 +126,9 @@ type pollItem struct {
 	probeDue time.Time
 	// needFull forces a full read at the next call (new item, changed fingerprint).
 	needFull bool
+	// recheckAt, when set, is when the item goes first into the padding of calls, read in full:
+	// a webhook's facts were applied, and what they imply only the forge computes (NeedLater).
+	recheckAt time.Time
 }
 
 // NewPoller returns a Poller reading through src.
@@ -141,6 +152,9 @@ func NewPoller(src Refresher, opts PollerOptions) *Poller {
 	if opts.HintBurst <= 0 {
 		opts.HintBurst = 4
 	}
+	if opts.FactRecheck <= 0 {
+		opts.FactRecheck = 4 * opts.HintInterval
+	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = max(src.BatchSize(), 1)
 	}
@@ -150,6 +164,7 @@ func NewPoller(src Refresher, opts PollerOptions) *Poller {
 		opts:     opts,
 		items:    map[types.NamespacedName]*pollItem{},
 		webhooks: map[webhookKey]time.Time{},
+		required: map[string][]string{},
 		wake:     make(chan struct{}, 1),
 	}
 }
@@ -211,11 +226,22 @@ func (p *Poller) Get(key types.NamespacedName) (Observation, bool) {
 	return it.obs, true
 }
 
-// Notify marks the items a hint names as due. A hint from a webhook (Hint.Webhook) also records
-// that the repository's webhooks are flowing (see WebhookMaxAge); the manager's own hints do not,
-// or a repository without webhooks would be polled at WebhookMaxAge after each of them. It never
-// calls the forge itself.
+// Notify applies the facts a hint carries to the items they concern at once (ApplyFacts), and
+// marks the items whose change it does not fully state as due: at once (within HintDelay) what
+// only a read can bring now, at FactRecheck what can wait (mergeability after a push). A hint
+// from a webhook (Hint.Webhook) also records that the repository's webhooks are flowing (see
+// WebhookMaxAge); the manager's own hints do not, or a repository without webhooks would be
+// polled at WebhookMaxAge after each of them. It never calls the forge itself.
 func (p *Poller) Notify(h Hint) {
+	changed := p.notify(h)
+	if p.opts.OnChange != nil {
+		for _, k := range changed {
+			p.opts.OnChange(k)
+		}
+	}
+}
+
+func (p *Poller) notify(h Hint) []types.NamespacedName {
 	now := p.opts.Clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -224,9 +250,33 @@ func (p *Poller) Notify(h Hint) {
 	}
 	due := now.Add(p.opts.HintDelay)
 	hit := false
+	var changed []types.NamespacedName
 	for _, it := range p.items {
 		if !it.watch.Repo.Equal(h.Repo) || (h.Namespace != "" && it.key.Namespace != h.Namespace) {
 			continue
+		}
+		if len(h.Facts) > 0 && it.obs.PullRequest != nil && it.obs.Err == nil {
+			next, relevant, need := ApplyFacts(p.withLearnedLocked(it.obs.PullRequest), h.Facts)
+			if relevant {
+				if next != it.obs.PullRequest {
+					it.obs.PullRequest = next
+					if sum := hashPR(next); sum != it.contentHash {
+						it.contentHash = sum
+						changed = append(changed, it.key)
+					}
+				}
+				if need == NeedLater {
+					// Neither a hint nor a deadline: from recheckAt on, the item rides first in
+					// the calls that go out anyway (the padding of hinted and deadline calls),
+					// and never spends the hint budget the reads that cannot wait need.
+					if later := now.Add(p.opts.FactRecheck); it.recheckAt.IsZero() || it.recheckAt.After(later) {
+						it.recheckAt = later
+					}
+				}
+				if need != NeedNow {
+					continue
+				}
+			}
 		}
 		full, probe := it.matches(h)
 		if full {
@@ -244,6 +294,7 @@ func (p *Poller) Notify(h Hint) {
 	if hit {
 		p.signal()
 	}
+	return changed
 }
 
 // matches says whether a hint asks for a full read of the item, or only a probe (its base moved).
@@ -378,8 +429,15 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 		return nil, next
 	}
 	// Pad up to a whole number of calls with the items whose deadline comes first: in the same
-	// call they cost nothing more, and they will not need a call of their own soon after.
-	sort.Slice(rest, func(i, j int) bool { return rest[i].deadline.Before(rest[j].deadline) })
+	// call they cost nothing more, and they will not need a call of their own soon after. Items
+	// whose facts left something to recheck (recheckAt passed) come before all of them.
+	rechecked := func(c cand) bool { return !c.it.recheckAt.IsZero() && !now.Before(c.it.recheckAt) }
+	sort.Slice(rest, func(i, j int) bool {
+		if a, b := rechecked(rest[i]), rechecked(rest[j]); a != b {
+			return a
+		}
+		return rest[i].deadline.Before(rest[j].deadline)
+	})
 	b := p.opts.BatchSize
 	want := ((len(due) + b - 1) / b) * b
 	for _, c := range rest {
@@ -393,6 +451,7 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 	for _, c := range due {
 		it := c.it
 		full := it.needFull || !it.observed || !it.fullDue.IsZero() && !now.Before(it.fullDue) ||
+			(!it.recheckAt.IsZero() && !now.Before(it.recheckAt)) ||
 			(it.obs.PullRequest != nil && now.Sub(it.detailAt) >= p.opts.DetailMaxAge)
 		pl.reqs = append(pl.reqs, it.request(full))
 		pl.items = append(pl.items, it)
@@ -519,8 +578,9 @@ func (p *Poller) run(ctx context.Context, pl *plan, start time.Time) ([]types.Na
 		it.fingerprint = res.Fingerprint
 		if full {
 			it.needFull = false
-			it.fullDue = time.Time{}
+			it.fullDue, it.recheckAt = time.Time{}, time.Time{}
 			it.detailAt = start
+			p.keepRequiredNamesLocked(it.obs.PullRequest, res.PullRequest)
 			it.obs.PullRequest = res.PullRequest
 		} else if res.PullRequest != nil && it.obs.PullRequest != nil {
 			// Same fingerprint: keep the details, take the fresh times.
@@ -617,6 +677,72 @@ func hashPR(pr *PullRequest) uint64 {
 	_, _ = fmt.Fprintf(h, "%#v", c)
 	return h.Sum64() | 1
 }
+
+// keepRequiredNamesLocked learns which checks the pull request's base requires (from the runs
+// the forge marks required, per repository and base: one read teaches every pull request on
+// that base), and carries the known names into a read whose forge still waits for some
+// (Expected), so that a check fact for one of them can be placed (ApplyFacts).
+func (p *Poller) keepRequiredNamesLocked(old, cur *PullRequest) {
+	if cur == nil {
+		return
+	}
+	base := cur.Repo.Key() + "\x00" + cur.BaseRef
+	learned := p.required[base]
+	for _, r := range cur.Checks.Runs {
+		switch {
+		case r.Required && !slices.Contains(learned, r.Name) && len(learned) < maxRequiredNames:
+			learned = append(learned, r.Name)
+		case !r.Required && slices.Contains(learned, r.Name):
+			// The base no longer requires it.
+			learned = slices.DeleteFunc(learned, func(n string) bool { return n == r.Name })
+		}
+	}
+	if len(learned) > 0 {
+		p.required[base] = learned
+	} else {
+		delete(p.required, base)
+	}
+	if !cur.Checks.Expected {
+		return
+	}
+	names := append(append([]string(nil), learned...), cur.Checks.RequiredNames...)
+	if old != nil {
+		names = append(names, KnownRequired(old.Checks)...)
+	}
+	var missing []string
+	for _, n := range names {
+		if !slices.ContainsFunc(cur.Checks.Runs, func(r Check) bool { return r.Name == n }) && !slices.Contains(missing, n) {
+			missing = append(missing, n)
+		}
+	}
+	sort.Strings(missing)
+	cur.Checks.RequiredNames = missing
+}
+
+// withLearnedLocked is pr with the required names learned since it was read (from other pull
+// requests on its base) while its forge waits for a required check; pr itself when nothing is new.
+func (p *Poller) withLearnedLocked(pr *PullRequest) *PullRequest {
+	if !pr.Checks.Expected {
+		return pr
+	}
+	known := KnownRequired(pr.Checks)
+	var add []string
+	for _, n := range p.required[pr.Repo.Key()+"\x00"+pr.BaseRef] {
+		if !slices.Contains(known, n) {
+			add = append(add, n)
+		}
+	}
+	if len(add) == 0 {
+		return pr
+	}
+	c := *pr
+	c.Checks.RequiredNames = append(append([]string(nil), pr.Checks.RequiredNames...), add...)
+	sort.Strings(c.Checks.RequiredNames)
+	return &c
+}
+
+// maxRequiredNames bounds the required check names the Poller remembers per base branch.
+const maxRequiredNames = 64
 
 func sameErrClass(a, b error) bool {
 	for _, s := range []error{ErrRateLimited, ErrUnavailable, ErrTokenRejected, ErrPermissionDenied, ErrRepositoryNotFound, ErrNotFound} {

@@ -231,6 +231,16 @@ type Checks struct {
 	RequiredFailed, RequiredPending int
 	// FailedChecks lists every failed check, required ones first.
 	FailedChecks []Check
+	// Runs are the checks tallied, as Tally was given them: what a webhook's check fact is
+	// applied to (ApplyFacts).
+	Runs []Check
+	// Expected is true when the forge held the state pending for a required check that had not
+	// reported (GitHub's EXPECTED, Gitea's missing required context).
+	Expected bool
+	// RequiredNames are checks known to be required though absent from Runs: the Poller keeps
+	// them from earlier reads while the forge is Expected, so that a check fact for one of them
+	// can be placed (ApplyFacts).
+	RequiredNames []string
 }
 
 // Summary renders the counts for a status line, for example "4/5 passed, 1 failed".
@@ -396,6 +406,9 @@ type Hint struct {
 	// is verified with the secret of one Project, and it speaks for that Project's namespace only
 	// (another tenant following the same repository name is not woken by it).
 	Namespace string
+	// Facts are what the delivery states about pull requests and commits, which the Poller
+	// applies at once (ApplyFacts); what they do not cover is re-read as before.
+	Facts []Fact
 	// Webhook is true for a hint from a verified webhook delivery (the webhook handler sets it).
 	// Only those tell the Poller that the repository's webhooks flow, which relaxes its safety
 	// net to PollerOptions.WebhookMaxAge; a hint the manager makes itself (after opening or
@@ -445,6 +458,9 @@ func Tally(checks []Check) Checks {
 	sort.SliceStable(out.FailedChecks, func(i, j int) bool {
 		return out.FailedChecks[i].Required && !out.FailedChecks[j].Required
 	})
+	if len(checks) > 0 {
+		out.Runs = append([]Check(nil), checks...)
+	}
 	out.State = ChecksNone
 	if len(considered) > 0 {
 		out.State = ChecksPassing

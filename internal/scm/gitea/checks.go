@@ -145,9 +145,9 @@ func rollup(statuses []*apiStatus, prot *protection) scm.Checks {
 	if prot.statusChecks() {
 		switch {
 		case !hasRequired(checks):
-			out.State = scm.ChecksPending // no required context has reported yet
+			out.State, out.Expected = scm.ChecksPending, true // no required context has reported yet
 		case out.State != scm.ChecksFailing && prot.missingRequired(statuses) > 0:
-			out.State = scm.ChecksPending
+			out.State, out.Expected = scm.ChecksPending, true
 		}
 	}
 	return out

@@ -813,7 +813,7 @@ func rollupChecks(githubState string, nodes []gqlContext) scm.Checks {
 	}
 	out := scm.Tally(checks)
 	if (out.State == scm.ChecksPassing || out.State == scm.ChecksNone) && (githubState == "EXPECTED" || (githubState == "PENDING" && anyRequired)) {
-		out.State = scm.ChecksPending
+		out.State, out.Expected = scm.ChecksPending, true
 	}
 	return out
 }

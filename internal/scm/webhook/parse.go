@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
@@ -35,9 +36,11 @@ var events = map[string]bool{
 // Supported reports whether the handler routes an event.
 func Supported(event string) bool { return events[event] }
 
-// payload is the union of the routing fields of the supported events. Only these are read:
-// nothing else in a payload is trusted, the Poller re-reads the state from the API.
+// payload is the union of the fields of the supported events that Shepherd reads: routing
+// (which pull requests, branches and commits a delivery concerns) and the facts it states (see
+// facts). The delivery is verified before it is parsed, so its facts are the forge's own.
 type payload struct {
+	Action     string `json:"action"`
 	Repository *struct {
 		FullName string `json:"full_name"`
 	} `json:"repository"`
@@ -46,23 +49,48 @@ type payload struct {
 	Ref         string  `json:"ref"`
 	RefType     string  `json:"ref_type"`
 	After       string  `json:"after"`
+	Deleted     bool    `json:"deleted"`
 	SHA         string  `json:"sha"`
+	Context     string  `json:"context"`
+	State       string  `json:"state"`
+	TargetURL   string  `json:"target_url"`
 	Branches    []named `json:"branches"`
 	CheckRun    *struct {
+		Name         string  `json:"name"`
+		Status       string  `json:"status"`
+		Conclusion   string  `json:"conclusion"`
+		DetailsURL   string  `json:"details_url"`
 		HeadSHA      string  `json:"head_sha"`
 		PullRequests []prRef `json:"pull_requests"`
 		CheckSuite   *suite  `json:"check_suite"`
 	} `json:"check_run"`
 	CheckSuite *suite `json:"check_suite"`
-	Issue      *struct {
+	Review     *struct {
+		ID                int64     `json:"id"`
+		NodeID            string    `json:"node_id"`
+		State             string    `json:"state"`
+		CommitID          string    `json:"commit_id"`
+		SubmittedAt       time.Time `json:"submitted_at"`
+		AuthorAssociation string    `json:"author_association"`
+		User              *struct {
+			Login string `json:"login"`
+		} `json:"user"`
+	} `json:"review"`
+	Issue *struct {
 		Number      int             `json:"number"`
 		PullRequest json.RawMessage `json:"pull_request"`
 	} `json:"issue"`
 }
 
 type prRef struct {
-	Number int `json:"number"`
-	Head   *struct {
+	Number         int       `json:"number"`
+	State          string    `json:"state"`
+	Merged         bool      `json:"merged"`
+	Draft          bool      `json:"draft"`
+	Title          string    `json:"title"`
+	MergeCommitSHA string    `json:"merge_commit_sha"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	Head           *struct {
 		Ref string `json:"ref"`
 		SHA string `json:"sha"`
 	} `json:"head"`
@@ -75,6 +103,9 @@ type suite struct {
 	HeadBranch   *string `json:"head_branch"`
 	HeadSHA      string  `json:"head_sha"`
 	PullRequests []prRef `json:"pull_requests"`
+	App          *struct {
+		Slug string `json:"slug"`
+	} `json:"app"`
 }
 
 type named struct {
@@ -138,6 +169,7 @@ func Parse(event string, body []byte) (scm.Hint, error) {
 	default:
 		return scm.Hint{}, fmt.Errorf("event %q is not routed", event)
 	}
+	h.hint.Facts = facts(event, &p)
 	return h.hint, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -221,21 +222,79 @@ func TestUnknownEventIsAcknowledgedAndIgnored(t *testing.T) {
 	g.Expect(deliver(h, "pull_request", "s2", bad, Sign(secret, bad)).Code).To(Equal(http.StatusBadRequest))
 }
 
-func TestNothingBeyondRoutingIsRead(t *testing.T) {
+func TestRoutingAndFacts(t *testing.T) {
 	g := NewWithT(t)
-	// A payload claiming a merge, a green build and an approval yields only routing.
-	body := []byte(`{"action":"closed","number":5,"pull_request":{"number":5,"merged":true,"state":"closed","head":{"ref":"b","sha":"` +
-		strings.Repeat("a", 40) + `"}},"repository":{"full_name":"o/r"}}`)
+	// A verified delivery's routing and the facts it states, in the adapters' vocabulary.
+	body := []byte(`{"action":"closed","number":5,"pull_request":{"number":5,"merged":true,"state":"closed","merge_commit_sha":"` +
+		strings.Repeat("c", 40) + `","head":{"ref":"b","sha":"` + strings.Repeat("a", 40) + `"},"base":{"ref":"main"}},"repository":{"full_name":"o/r"}}`)
 	hint, err := Parse("pull_request", body)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(hint).To(Equal(scm.Hint{Repo: scm.Repo{Owner: "o", Name: "r"}, Event: "pull_request", Numbers: []int{5},
-		Branches: []string{"b"}, SHAs: []string{strings.Repeat("a", 40)}}))
+		Branches: []string{"b"}, SHAs: []string{strings.Repeat("a", 40)},
+		Facts: []scm.Fact{{Number: 5, PullRequest: &scm.PullRequestFact{State: scm.StateMerged, HeadSHA: strings.Repeat("a", 40),
+			BaseRef: "main", MergeCommitSHA: strings.Repeat("c", 40)}}}}))
 	// An issue comment on a plain issue names nothing.
 	hint, err = Parse("issue_comment", []byte(`{"issue":{"number":3},"repository":{"full_name":"o/r"}}`))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(hint.IsZero()).To(BeTrue())
 	_, err = Parse("pull_request", []byte(`{"repository":{"full_name":"no-slash"}}`))
 	g.Expect(err).To(HaveOccurred())
+}
+
+func TestFacts(t *testing.T) {
+	sha, other := strings.Repeat("a", 40), strings.Repeat("b", 40)
+	repo := `"repository":{"full_name":"o/r"}`
+	for _, tc := range []struct {
+		name, event, body string
+		want              []scm.Fact
+	}{
+		{name: "a push to a pull request's head", event: "pull_request",
+			body: `{"action":"synchronize","number":7,"pull_request":{"number":7,"state":"open","title":"T","head":{"ref":"b","sha":"` + sha + `"},"base":{"ref":"main"}},` + repo + `}`,
+			want: []scm.Fact{{Number: 7, PullRequest: &scm.PullRequestFact{State: scm.StateOpen, Title: "T", HeadSHA: sha, BaseRef: "main"}}}},
+		{name: "Gitea's synchronized, a draft", event: "pull_request",
+			body: `{"action":"synchronized","number":7,"pull_request":{"number":7,"state":"open","draft":true,"head":{"ref":"b","sha":"` + sha + `"}},` + repo + `}`,
+			want: []scm.Fact{{Number: 7, PullRequest: &scm.PullRequestFact{State: scm.StateOpen, Draft: true, HeadSHA: sha}}}},
+		{name: "a label states nothing the facts cover", event: "pull_request",
+			body: `{"action":"labeled","number":7,"pull_request":{"number":7,"state":"open","head":{"ref":"b","sha":"` + sha + `"}},` + repo + `}`},
+		{name: "an unknown state", event: "pull_request",
+			body: `{"action":"closed","number":7,"pull_request":{"number":7,"state":"weird","head":{"ref":"b","sha":"` + sha + `"}},` + repo + `}`},
+		{name: "a push", event: "push", body: `{"ref":"refs/heads/b","after":"` + sha + `",` + repo + `}`,
+			want: []scm.Fact{{Branch: "b", SHA: sha}}},
+		{name: "a deleted branch", event: "push", body: `{"ref":"refs/heads/b","deleted":true,"after":"` + strings.Repeat("0", 40) + `",` + repo + `}`},
+		{name: "a tag", event: "push", body: `{"ref":"refs/tags/v1","after":"` + sha + `",` + repo + `}`},
+		{name: "a check run passes", event: "check_run",
+			body: `{"action":"completed","check_run":{"name":"build","status":"completed","conclusion":"success","details_url":"https://ci/1","head_sha":"` + sha + `","check_suite":{"app":{"slug":"github-actions"}}},` + repo + `}`,
+			want: []scm.Fact{{SHA: sha, Check: &scm.Check{Name: "build", URL: "https://ci/1", App: "github-actions", Outcome: scm.CheckPassed, Conclusion: "success"}}}},
+		{name: "a check run times out", event: "check_run",
+			body: `{"action":"completed","check_run":{"name":"build","status":"completed","conclusion":"timed_out","head_sha":"` + sha + `"},` + repo + `}`,
+			want: []scm.Fact{{SHA: sha, Check: &scm.Check{Name: "build", Outcome: scm.CheckFailed, Conclusion: "timed_out"}}}},
+		{name: "a check run starts", event: "check_run",
+			body: `{"action":"created","check_run":{"name":"build","status":"in_progress","head_sha":"` + sha + `"},` + repo + `}`,
+			want: []scm.Fact{{SHA: sha, Check: &scm.Check{Name: "build", Outcome: scm.CheckPending, Conclusion: "in_progress"}}}},
+		{name: "a check run on no valid commit", event: "check_run",
+			body: `{"action":"completed","check_run":{"name":"build","status":"completed","conclusion":"success","head_sha":"nope"},` + repo + `}`},
+		{name: "a check suite states nothing its runs do not", event: "check_suite",
+			body: `{"action":"completed","check_suite":{"head_sha":"` + sha + `","status":"completed","conclusion":"success"},` + repo + `}`,
+			want: []scm.Fact{{SHA: sha, Suite: true}}},
+		{name: "a commit status", event: "status", body: `{"sha":"` + other + `","context":"ci/test","state":"success","target_url":"https://ci/2",` + repo + `}`,
+			want: []scm.Fact{{SHA: other, Check: &scm.Check{Name: "ci/test", URL: "https://ci/2", Outcome: scm.CheckPassed, Conclusion: "success"}}}},
+		{name: "Gitea's warning fails", event: "status", body: `{"sha":"` + other + `","context":"ci/test","state":"warning",` + repo + `}`,
+			want: []scm.Fact{{SHA: other, Check: &scm.Check{Name: "ci/test", Outcome: scm.CheckFailed, Conclusion: "warning"}}}},
+		{name: "a status state nobody defined", event: "status", body: `{"sha":"` + other + `","context":"ci/test","state":"odd",` + repo + `}`},
+		{name: "an approval", event: "pull_request_review",
+			body: `{"action":"submitted","review":{"id":9,"node_id":"PRR_9","state":"approved","commit_id":"` + sha + `","submitted_at":"2026-12-02T10:00:00Z","author_association":"MEMBER","user":{"login":"rev"}},"pull_request":{"number":7},` + repo + `}`,
+			want: []scm.Fact{{Number: 7, Review: &scm.Review{ID: "PRR_9", Author: "rev", Association: scm.AssociationMember, State: scm.ReviewStateApproved,
+				CommitSHA: sha, SubmittedAt: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}}}},
+		{name: "an edited review", event: "pull_request_review",
+			body: `{"action":"edited","review":{"id":9,"state":"approved","user":{"login":"rev"}},"pull_request":{"number":7},` + repo + `}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			hint, err := Parse(tc.event, []byte(tc.body))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(hint.Facts).To(Equal(tc.want))
+		})
+	}
 }
 
 // FuzzParse: any payload parses without panicking, and a hint stays bounded.

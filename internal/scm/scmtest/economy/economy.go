@@ -220,6 +220,8 @@ type Result struct {
 	LatencyP95    time.Duration
 	LatencyMax    time.Duration
 	MissedChanges int
+	// ByKind are the sorted latencies by kind of change ("push/", "ci/failure", "review/APPROVED").
+	ByKind map[string][]time.Duration
 }
 
 // Counted is what GitHub bills: counted REST requests and GraphQL points.
@@ -335,12 +337,15 @@ func RunPoller(tb testing.TB, name string, prs, seconds int, acts []Activity, we
 	}
 	var mu sync.Mutex
 	pending := map[types.NamespacedName]time.Time{}
+	pendingKind := map[types.NamespacedName]string{}
+	byKind := map[string][]time.Duration{}
 	var latencies []time.Duration
 	poller := scm.NewPoller(p, scm.PollerOptions{MaxAge: time.Minute, Clock: clock, OnChange: func(k types.NamespacedName) {
 		mu.Lock()
 		defer mu.Unlock()
 		if t, ok := pending[k]; ok {
 			latencies = append(latencies, clock.Now().Sub(t))
+			byKind[pendingKind[k]] = append(byKind[pendingKind[k]], clock.Now().Sub(t))
 			delete(pending, k)
 		}
 	}})
@@ -378,11 +383,19 @@ func RunPoller(tb testing.TB, name string, prs, seconds int, acts []Activity, we
 		for ai < len(acts) && acts[ai].At == s {
 			a := acts[ai]
 			at := clock.Now()
-			if w.Apply(tb, a).Visible {
+			// Marked before the change is made: the fake delivers its webhooks while it makes
+			// it, and the facts they carry may be seen before Apply returns.
+			k := keys[a.PR]
+			mu.Lock()
+			_, had := pending[k]
+			if !had {
+				pending[k] = at
+				pendingKind[k] = a.Kind + "/" + a.Arg
+			}
+			mu.Unlock()
+			if !w.Apply(tb, a).Visible && !had {
 				mu.Lock()
-				if _, ok := pending[keys[a.PR]]; !ok {
-					pending[keys[a.PR]] = at
-				}
+				delete(pending, k)
 				mu.Unlock()
 			}
 			ai++
@@ -401,7 +414,11 @@ func RunPoller(tb testing.TB, name string, prs, seconds int, acts []Activity, we
 			}
 		}
 	}
-	res := Result{Name: name, MaxAge: maxAge}
+	res := Result{Name: name, MaxAge: maxAge, ByKind: map[string][]time.Duration{}}
+	for k, v := range byKind {
+		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+		res.ByKind[k] = v
+	}
 	fill(&res, w.Fake.Stats())
 	mu.Lock()
 	res.MissedChanges = len(pending)
