@@ -440,6 +440,16 @@ func (r *ProjectReconciler) reconcileBacklog(ctx context.Context, s *projectScop
 	rec.generation, rec.request, rec.at = p.Generation, request, now
 	s.requeue = minPositive(s.requeue, interval)
 
+	return errors.Join(stageErr, r.queryBacklog(ctx, s, tr, rec, unfinished, now))
+}
+
+// queryBacklog queries the tracker for the backlog's issues and creates the sessions there is
+// room for; a failed query is tried again after forgeRetry (or the interval, if shorter).
+func (r *ProjectReconciler) queryBacklog(ctx context.Context, s *projectScope, tr tracker.Tracker, rec *backlogRecord, unfinished int, now time.Time) error {
+	p := s.project
+	b := p.Spec.Backlog
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	interval := backlogInterval(b)
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	issues, err := tr.ListIssues(cctx, tracker.ListOptions{Labels: b.Labels, Limit: backlogQueryLimit})
 	cancel()
@@ -450,7 +460,7 @@ func (r *ProjectReconciler) reconcileBacklog(ctx context.Context, s *projectScop
 		r.backlog.put(key, rec)
 		s.requeue = minPositive(s.requeue, min(forgeRetry, interval))
 		r.Metrics.ObserveBacklogQuery(p.Namespace, p.Name, metrics.QueryError, 0)
-		return errors.Join(stageErr, rec.err)
+		return rec.err
 	}
 	rec.err = nil
 	s.backlog.queried, s.backlog.queryTime, s.backlog.matching = true, now, len(issues)
@@ -465,7 +475,7 @@ func (r *ProjectReconciler) reconcileBacklog(ctx context.Context, s *projectScop
 	n, spawnErr := r.spawn(ctx, s, tr, b, plan, rec, now)
 	r.backlog.put(key, rec)
 	r.Metrics.ObserveBacklogQuery(p.Namespace, p.Name, metrics.QueryOK, n)
-	return errors.Join(stageErr, spawnErr)
+	return spawnErr
 }
 
 // spawn creates the planned sessions in order (oldest issue first), then claims their issues and

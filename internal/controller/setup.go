@@ -72,67 +72,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		send(events, &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
 	}
 	projectEvents := make(chan event.GenericEvent, 256)
-	scmMetrics, err := sharedSCMMetrics()
+	deps, gitTransport, err := newDeps(mgr, cfg, wake, projectEvents)
 	if err != nil {
-		return nil, fmt.Errorf("register SCM metrics: %w", err)
+		return nil, err
 	}
-	m, err := sharedMetrics()
-	if err != nil {
-		return nil, fmt.Errorf("register metrics: %w", err)
-	}
-	pollerOpts := cfg.PollerOptions
-	pollerOpts.OnChange = wake
-	// The Hub gives every connection its clock (the poller's and the adapter's): a clock in
-	// PollerOptions would otherwise be replaced by the real one.
-	hub := scm.NewHub(scm.HubOptions{Metrics: scmMetrics, Clock: pollerOpts.Clock, Poller: pollerOpts, Logger: mgr.GetLogger().WithName("scm")})
-	if err := mgr.Add(hub); err != nil {
-		return nil, fmt.Errorf("add SCM hub: %w", err)
-	}
-	reports := NewReportStore()
-	reports.OnChange = wake
-	deliveries := newDeliveryResults()
-	deliveries.onSession = wake
-	deliveries.onProject = func(key types.NamespacedName) {
-		send(projectEvents, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
-	}
-	deps := &Deps{
-		Client:     &metrics.CountingClient{Client: mgr.GetClient(), M: m},
-		APIReader:  mgr.GetAPIReader(),
-		Scheme:     mgr.GetScheme(),
-		Recorder:   mgr.GetEventRecorder("shepherd"),
-		Secrets:    &SecretReader{Meta: mgr.GetClient(), API: mgr.GetAPIReader()},
-		Hub:        hub,
-		Reports:    reports,
-		Deliveries: deliveries,
-		Now:        cfg.Now,
-		Options:    cfg.Options,
-		Metrics:    m,
-		SCMMetrics: scmMetrics,
-	}
-	var gitTransport http.RoundTripper // nil: the git proxy's default
-	if g := cfg.Outbound; g != nil {
-		deps.Outbound = g.Transport()
-		gitTransport = gitproxy.NewTransport(g.DialContext)
-	}
-	policy := notify.DefaultPolicy
-	if cfg.NotifyPolicy != nil {
-		policy = *cfg.NotifyPolicy
-	}
-	deps.Notifier = notify.NewDispatcher(4, 1024, policy, func(res notify.Result) {
-		deliveries.record(res.Job.Notification.Project, res)
-		if !errors.Is(res.Err, context.Canceled) {
-			outcome := metrics.NotificationDelivered
-			if res.Err != nil {
-				outcome = metrics.NotificationFailed
-			}
-			m.ObserveNotification(destinationType(res.Job.Sender), outcome)
-		}
-		if res.Err != nil {
-			mgr.GetLogger().WithName("notify").Error(res.Err, "Notification not delivered", "route", res.Job.Route, "id", res.Job.Notification.ID)
-		}
-	})
-	if err := mgr.Add(deps.Notifier); err != nil {
-		return nil, fmt.Errorf("add notification dispatcher: %w", err)
+	if err := setupNotifier(mgr, cfg, deps); err != nil {
+		return nil, err
 	}
 
 	var locator *leaderLocator
@@ -161,6 +106,81 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		return nil, fmt.Errorf("set up the AgentSession controller: %w", err)
 	}
 	return deps, nil
+}
+
+// newDeps makes what the reconcilers and the servers share: the counting client, the Secret
+// reader, the forge hub (added to mgr), the runner reports and the notification results, which
+// wake the objects they concern; and the git proxy's transport through the outbound guard.
+func newDeps(mgr ctrl.Manager, cfg Config, wake func(types.NamespacedName), projectEvents chan event.GenericEvent) (*Deps, http.RoundTripper, error) {
+	scmMetrics, err := sharedSCMMetrics()
+	if err != nil {
+		return nil, nil, fmt.Errorf("register SCM metrics: %w", err)
+	}
+	m, err := sharedMetrics()
+	if err != nil {
+		return nil, nil, fmt.Errorf("register metrics: %w", err)
+	}
+	pollerOpts := cfg.PollerOptions
+	pollerOpts.OnChange = wake
+	// The Hub gives every connection its clock (the poller's and the adapter's): a clock in
+	// PollerOptions would otherwise be replaced by the real one.
+	hub := scm.NewHub(scm.HubOptions{Metrics: scmMetrics, Clock: pollerOpts.Clock, Poller: pollerOpts, Logger: mgr.GetLogger().WithName("scm")})
+	if err := mgr.Add(hub); err != nil {
+		return nil, nil, fmt.Errorf("add SCM hub: %w", err)
+	}
+	reports := NewReportStore()
+	reports.OnChange = wake
+	deliveries := newDeliveryResults()
+	deliveries.onSession = wake
+	deliveries.onProject = func(key types.NamespacedName) {
+		send(projectEvents, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	}
+	deps := &Deps{
+		Client:     &metrics.CountingClient{Client: mgr.GetClient(), M: m},
+		APIReader:  mgr.GetAPIReader(),
+		Scheme:     mgr.GetScheme(),
+		Recorder:   mgr.GetEventRecorder("shepherd"),
+		Secrets:    &SecretReader{Meta: mgr.GetClient(), API: mgr.GetAPIReader()},
+		Hub:        hub,
+		Reports:    reports,
+		Deliveries: deliveries,
+		Now:        cfg.Now,
+		Options:    cfg.Options,
+		Metrics:    m,
+		SCMMetrics: scmMetrics,
+	}
+	var gitTransport http.RoundTripper // nil: the git proxy's default
+	if g := cfg.Outbound; g != nil {
+		deps.Outbound = g.Transport()
+		gitTransport = gitproxy.NewTransport(g.DialContext)
+	}
+	return deps, gitTransport, nil
+}
+
+// setupNotifier adds the notification dispatcher: only the leader delivers, each result recorded
+// for the session or Project that owns the notification, counted and, when it failed, logged.
+func setupNotifier(mgr ctrl.Manager, cfg Config, deps *Deps) error {
+	policy := notify.DefaultPolicy
+	if cfg.NotifyPolicy != nil {
+		policy = *cfg.NotifyPolicy
+	}
+	deps.Notifier = notify.NewDispatcher(4, 1024, policy, func(res notify.Result) {
+		deps.Deliveries.record(res.Job.Notification.Project, res)
+		if !errors.Is(res.Err, context.Canceled) {
+			outcome := metrics.NotificationDelivered
+			if res.Err != nil {
+				outcome = metrics.NotificationFailed
+			}
+			deps.Metrics.ObserveNotification(destinationType(res.Job.Sender), outcome)
+		}
+		if res.Err != nil {
+			mgr.GetLogger().WithName("notify").Error(res.Err, "Notification not delivered", "route", res.Job.Route, "id", res.Job.Notification.ID)
+		}
+	})
+	if err := mgr.Add(deps.Notifier); err != nil {
+		return fmt.Errorf("add notification dispatcher: %w", err)
+	}
+	return nil
 }
 
 // setupRunnerChannel adds the runner channel's server (nil when it is off): token reviews on a
