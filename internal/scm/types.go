@@ -132,6 +132,24 @@ const (
 	AssociationNone                 Association = "None"
 )
 
+// ParseGitHubReviewState maps GitHub's review states, in either case (GraphQL's APPROVED, a
+// webhook's approved); ok is false for a state it does not know.
+func ParseGitHubReviewState(state string) (st ReviewState, dismissed, ok bool) {
+	switch strings.ToUpper(state) {
+	case "APPROVED":
+		return ReviewStateApproved, false, true
+	case "CHANGES_REQUESTED":
+		return ReviewStateChangesRequested, false, true
+	case "COMMENTED":
+		return ReviewStateCommented, false, true
+	case "DISMISSED":
+		return ReviewStateDismissed, true, true
+	case "PENDING":
+		return ReviewStatePending, false, true
+	}
+	return "", false, false
+}
+
 // ParseGitHubAssociation maps GitHub's spelling (COLLABORATOR, FIRST_TIME_CONTRIBUTOR) to an
 // Association; anything unknown is None, so that a new value is never trusted by accident.
 func ParseGitHubAssociation(s string) Association {

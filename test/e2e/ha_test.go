@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -152,18 +153,28 @@ func scaleManager(ctx context.Context, c *cluster, replicas int32) {
 	d.Spec.Replicas = ptr.To(replicas)
 	Expect(c.client.Patch(ctx, d, patch)).To(Succeed())
 	Eventually(func(g Gomega) {
-		var pods corev1.PodList
-		g.Expect(c.client.List(ctx, &pods, client.InNamespace(managerNamespace),
-			client.MatchingLabels{"app.kubernetes.io/name": "shepherd", "app.kubernetes.io/component": "manager"})).To(Succeed())
-		ready := 0
-		for _, p := range pods.Items {
-			g.Expect(p.DeletionTimestamp).To(BeNil(), "pod %s still terminating", p.Name)
-			if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
-				ready++
-			}
-		}
+		ready, terminating := readyManagers(ctx, g, c, "")
+		g.Expect(terminating).To(BeZero(), "a manager pod still terminating")
 		g.Expect(ready).To(Equal(int(replicas)))
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// readyManagers counts the manager pods that are Ready (leaving out the pod with UID except) and
+// those terminating.
+func readyManagers(ctx context.Context, g Gomega, c *cluster, except types.UID) (ready, terminating int) {
+	var pods corev1.PodList
+	g.Expect(c.client.List(ctx, &pods, client.InNamespace(managerNamespace),
+		client.MatchingLabels{"app.kubernetes.io/name": "shepherd", "app.kubernetes.io/component": "manager"})).To(Succeed())
+	for _, p := range pods.Items {
+		switch {
+		case p.UID == except:
+		case p.DeletionTimestamp != nil:
+			terminating++
+		case len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready:
+			ready++
+		}
+	}
+	return ready, terminating
 }
 
 // leaderPod is the manager pod holding the leader-election Lease (its identity is the pod's

@@ -190,15 +190,7 @@ func killManager(ctx context.Context, c *cluster) {
 	old := managerPod(ctx, c)
 	Expect(c.client.Delete(ctx, old, client.GracePeriodSeconds(0))).To(Succeed())
 	Eventually(func(g Gomega) {
-		var pods corev1.PodList
-		g.Expect(c.client.List(ctx, &pods, client.InNamespace(managerNamespace),
-			client.MatchingLabels{"app.kubernetes.io/name": "shepherd", "app.kubernetes.io/component": "manager"})).To(Succeed())
-		ready := 0
-		for _, p := range pods.Items {
-			if p.UID != old.UID && p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
-				ready++
-			}
-		}
+		ready, _ := readyManagers(ctx, g, c, old.UID)
 		g.Expect(ready).To(Equal(1))
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }

@@ -694,16 +694,8 @@ func convertReview(r gqlReview) scm.Review {
 	if r.Commit != nil {
 		out.CommitSHA = r.Commit.Oid
 	}
-	switch r.State {
-	case "APPROVED":
-		out.State = scm.ReviewStateApproved
-	case "CHANGES_REQUESTED":
-		out.State = scm.ReviewStateChangesRequested
-	case "DISMISSED":
-		out.State, out.Dismissed = scm.ReviewStateDismissed, true
-	case "PENDING":
-		out.State = scm.ReviewStatePending
-	default:
+	var ok bool
+	if out.State, out.Dismissed, ok = scm.ParseGitHubReviewState(r.State); !ok {
 		out.State = scm.ReviewStateCommented
 	}
 	return out

@@ -111,16 +111,8 @@ func facts(event string, p *payload) []scm.Fact {
 		if out.ID == "" {
 			out.ID = strconv.FormatInt(rv.ID, 10)
 		}
-		switch strings.ToLower(rv.State) {
-		case "approved":
-			out.State = scm.ReviewStateApproved
-		case "changes_requested":
-			out.State = scm.ReviewStateChangesRequested
-		case "commented":
-			out.State = scm.ReviewStateCommented
-		case "dismissed":
-			out.State, out.Dismissed = scm.ReviewStateDismissed, true
-		default:
+		var ok bool
+		if out.State, out.Dismissed, ok = scm.ParseGitHubReviewState(rv.State); !ok || out.State == scm.ReviewStatePending {
 			return nil
 		}
 		if number == 0 {
