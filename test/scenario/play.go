@@ -142,11 +142,12 @@ func (p *Play) play(ctx context.Context, res *Result) error {
 		return fmt.Errorf("report CI success: %w", err)
 	}
 	p.Logf("CI: %s passed on %s", f.Check(), short(head))
-	t, err = log.WaitFor(ctx, mark, p.StepTimeout, agentsv1alpha1.PhaseReviewPending)
-	if err != nil {
-		return fmt.Errorf("waiting for ReviewPending: %w", err)
+	// The session may already be ReviewPending: a push the forge's webhook announced is seen at
+	// once, its checks pending. What CI's success changes is the checks the status shows.
+	if err := p.waitChecks(ctx, head, agentsv1alpha1.ChecksPassing, agentsv1alpha1.PhaseReviewPending); err != nil {
+		return err
 	}
-	step("CI success reported → ReviewPending", t.At.Sub(at))
+	step("CI success reported → ReviewPending, checks passing", time.Since(at))
 
 	// 4. The reviewer requests changes; the agent gets the comments and pushes.
 	mark, at = log.Len(), time.Now()
@@ -190,6 +191,25 @@ func (p *Play) play(ctx context.Context, res *Result) error {
 		return fmt.Errorf("read the commits of pull request #%d: %w", n, err)
 	}
 	p.Logf("pull request #%d merged: %s (merge commit %s)", n, res.PullRequest.URL, short(res.PullRequest.MergeSHA))
+	return nil
+}
+
+// waitChecks waits until the session's status shows the pull request at head with checks, in
+// phase.
+func (p *Play) waitChecks(ctx context.Context, head string, checks agentsv1alpha1.ChecksState, phase agentsv1alpha1.SessionPhase) error {
+	var last agentsv1alpha1.AgentSessionStatus
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, p.StepTimeout, true, func(ctx context.Context) (bool, error) {
+		s := &agentsv1alpha1.AgentSession{}
+		if err := p.Client.Get(ctx, p.Session, s); err != nil {
+			return false, nil //nolint:nilerr // retried until the step timeout
+		}
+		last = s.Status
+		pr := s.Status.PullRequest
+		return s.Status.Phase == phase && pr != nil && pr.HeadSHA == head && pr.Checks == checks, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s with checks %s at %s (last: phase %s, pull request %+v): %w", phase, checks, short(head), last.Phase, last.PullRequest, err)
+	}
 	return nil
 }
 
