@@ -751,3 +751,20 @@ func TestAnotherPullRequestsMergeIsNotOurs(t *testing.T) {
 	g.Expect(mergeable.Reason).To(Equal(agentsv1alpha1.ReasonBehindBase))
 	g.Expect(s.status.PullRequest.State).To(Equal(agentsv1alpha1.PullRequestOpen))
 }
+
+// The agent pushes its fix; the review that requested changes stays on the pull request until the
+// reviewer looks again. The new head must not send the same comments twice (a webhook shows the
+// new head at once, before any re-review).
+func TestChangesRequestedIsNotSentAgainForANewHead(t *testing.T) {
+	g := NewWithT(t)
+	s := newSim(running().Previous)
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	g.Expect(actionsOf(s.step(withPR(at(0), threadsPR(thread1))), ActionSendToAgent)).To(HaveLen(1))
+	moved := threadsPR(thread1)
+	moved.HeadSHA = shaB
+	g.Expect(actionsOf(s.step(withPR(at(1), moved)), ActionSendToAgent)).To(BeEmpty(), "the same comments at the new head")
+	moved.Threads = append(moved.Threads, thread2)
+	sends := actionsOf(s.step(withPR(at(2), moved)), ActionSendToAgent)
+	g.Expect(sends).To(HaveLen(1), "a new thread is news at any head")
+	g.Expect(sends[0].Text).To(ContainSubstring("PRRT_2"))
+}

@@ -6,13 +6,15 @@ import (
 	"time"
 )
 
-// Fact is one thing a verified webhook delivery states about a pull request or a commit.
+// Fact is one thing a verified webhook delivery states about a pull request or a commit. Reviews
+// give none: what they change (the decision, and the body the agent is sent with the re-read's
+// threads) is the forge's to say, and the re-read within the hint delay brings it whole.
 // webhook.Parse builds them from the payload; the Poller applies them to what it last read the
 // moment the delivery arrives (ApplyFacts), so that a change the payload carries is seen within
 // the delivery's own latency, and keeps the paced re-read for what a payload does not carry (a
 // review decision, mergeability, a failed job's log).
 type Fact struct {
-	// Number is the pull request a PullRequest or Review fact is about.
+	// Number is the pull request a PullRequest fact is about.
 	Number int
 	// PullRequest is the pull request's own state (a pull_request event).
 	PullRequest *PullRequestFact
@@ -22,8 +24,6 @@ type Fact struct {
 	SHA string
 	// Check is one check's state at SHA (check_run, status).
 	Check *Check
-	// Review is a review submitted or dismissed on Number (pull_request_review).
-	Review *Review
 	// Suite is true for a check suite's summary at SHA: its check runs come with deliveries of
 	// their own (check_run), so it states nothing new; a relaxed re-read covers an installation
 	// that sends suites alone.
@@ -73,8 +73,6 @@ func ApplyFacts(pr *PullRequest, facts []Fact) (out *PullRequest, relevant bool,
 		switch {
 		case f.PullRequest != nil && f.Number == pr.Number:
 			next, n = applyPullRequest(out, f.PullRequest)
-		case f.Review != nil && f.Number == pr.Number:
-			next, n = applyReview(out, *f.Review)
 		case f.Check != nil && f.SHA != "" && f.SHA == out.HeadSHA:
 			next, n = applyCheck(out, *f.Check)
 		case f.Suite && f.SHA != "" && f.SHA == out.HeadSHA:
@@ -255,24 +253,4 @@ func applyCheck(pr *PullRequest, chk Check) (*PullRequest, Need) {
 		}
 	}
 	return c, need
-}
-
-// applyReview records a review. A comment changes no decision; an approval, a request for
-// changes or a dismissal changes a decision only the forge computes (who has write access,
-// required approvals, code owners), which the re-read brings.
-func applyReview(pr *PullRequest, rv Review) (*PullRequest, Need) {
-	c := clonePR(pr)
-	replaced := false
-	for i, r := range c.Reviews {
-		if rv.ID != "" && r.ID == rv.ID {
-			c.Reviews[i], replaced = rv, true
-		}
-	}
-	if !replaced {
-		c.Reviews = append(c.Reviews, rv)
-	}
-	if rv.State == ReviewStateCommented && !rv.Dismissed {
-		return c, NeedNothing
-	}
-	return c, NeedNow
 }

@@ -100,20 +100,6 @@ func TestApplyFacts(t *testing.T) {
 					t.Error("copied for nothing")
 				}
 			}},
-		{name: "a comment review is recorded; it decides nothing", pr: base, relevant: true, need: NeedNothing,
-			facts: []Fact{{Number: 7, Review: &Review{ID: "R1", Author: "rev", State: ReviewStateCommented}}},
-			check: func(t *testing.T, _, pr *PullRequest) {
-				if len(pr.Reviews) != 1 || pr.ReviewDecision != ReviewApproved {
-					t.Errorf("reviews: %+v %s", pr.Reviews, pr.ReviewDecision)
-				}
-			}},
-		{name: "an approval is recorded; the decision is the forge's", pr: base, relevant: true, need: NeedNow,
-			facts: []Fact{{Number: 7, Review: &Review{ID: "R2", Author: "rev", State: ReviewStateApproved, CommitSHA: head}}},
-			check: func(t *testing.T, _, pr *PullRequest) {
-				if !pr.ApprovedAt(head) {
-					t.Errorf("reviews: %+v", pr.Reviews)
-				}
-			}},
 		{name: "another pull request's facts", pr: base, facts: []Fact{{Number: 8, PullRequest: &PullRequestFact{State: StateClosed}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

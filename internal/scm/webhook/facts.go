@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"strconv"
 	"strings"
 
 	"github.com/shepherd-dev/shepherd/internal/clip"
@@ -97,28 +96,6 @@ func facts(event string, p *payload) []scm.Fact {
 			return nil
 		}
 		return []scm.Fact{{SHA: p.SHA, Check: &chk}}
-	case "pull_request_review":
-		rv := p.Review
-		if rv == nil || rv.User == nil || rv.User.Login == "" || (p.Action != "submitted" && p.Action != "dismissed") {
-			return nil
-		}
-		number := p.Number
-		if number == 0 && p.PullRequest != nil {
-			number = p.PullRequest.Number
-		}
-		out := scm.Review{ID: rv.NodeID, Author: rv.User.Login, Association: scm.ParseGitHubAssociation(rv.AuthorAssociation),
-			SubmittedAt: rv.SubmittedAt, CommitSHA: validSHA(rv.CommitID)}
-		if out.ID == "" {
-			out.ID = strconv.FormatInt(rv.ID, 10)
-		}
-		var ok bool
-		if out.State, out.Dismissed, ok = scm.ParseGitHubReviewState(rv.State); !ok || out.State == scm.ReviewStatePending {
-			return nil
-		}
-		if number == 0 {
-			return nil
-		}
-		return []scm.Fact{{Number: number, Review: &out}}
 	}
 	return nil
 }
