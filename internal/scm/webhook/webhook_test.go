@@ -328,8 +328,23 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("non-positive number %d", n)
 			}
 		}
-		if hint.Repo.Owner == "" || hint.Repo.Name == "" {
-			t.Fatalf("hint without repository")
+		// An organisation's or an App's ping names no repository, and nothing else.
+		if (hint.Repo.Owner == "" || hint.Repo.Name == "") && (event != "ping" || !hint.IsZero() || len(hint.Facts) > 0) {
+			t.Fatalf("hint without repository: %+v", hint)
+		}
+		if len(hint.Facts) > 1 {
+			t.Fatalf("a delivery states one fact at most: %+v", hint.Facts)
+		}
+		for _, f := range hint.Facts {
+			if f.SHA != "" && validSHA(f.SHA) == "" {
+				t.Fatalf("fact on an invalid commit %q", f.SHA)
+			}
+			if f.Check != nil && (f.Check.Name == "" || len(f.Check.Name) > 256 || len(f.Check.URL) > 2048) {
+				t.Fatalf("check out of bounds: %+v", *f.Check)
+			}
+			if pr := f.PullRequest; pr != nil && (validSHA(pr.HeadSHA) == "" || len(pr.Title) > 256 || len(pr.BaseRef) > 255) {
+				t.Fatalf("pull request fact out of bounds: %+v", *pr)
+			}
 		}
 	})
 }
