@@ -2,6 +2,9 @@ package controller
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +61,29 @@ func TestLeaderLabelsAndAddress(t *testing.T) {
 	}
 	if _, err := LeaderLabels("", 8090, 8091); err == nil {
 		t.Error("an empty POD_IP is refused")
+	}
+}
+
+// A request another standby forwarded reaches a replica that is not the leader either (its Lease
+// read was stale): it is answered 503 with the not-leader mark, which makes the sender ask the
+// Lease again, and never forwarded a second time.
+func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
+	served := false
+	h := &toLeader{
+		name:    "runner channel",
+		locator: &leaderLocator{elected: make(chan struct{}), now: time.Now},
+		local:   http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true }),
+		transport: func() (http.RoundTripper, error) {
+			t.Fatal("a forwarded request was forwarded again")
+			return nil, nil
+		},
+		slots: make(chan struct{}, 1),
+	}
+	req := httptest.NewRequest(http.MethodPost, "/runner/v1/reports", strings.NewReader("{}"))
+	req.Header.Set(forwardedHeader, "1")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get(notLeaderHeader) == "" || served {
+		t.Errorf("answer %d, not-leader %q, served locally %v", rec.Code, rec.Header().Get(notLeaderHeader), served)
 	}
 }

@@ -68,19 +68,20 @@ func ApplyFacts(pr *PullRequest, facts []Fact) (out *PullRequest, relevant bool,
 	}
 	out = pr
 	for _, f := range facts {
+		if !f.concerns(out) {
+			continue
+		}
 		var n Need
 		var next *PullRequest
 		switch {
-		case f.PullRequest != nil && f.Number == pr.Number:
+		case f.PullRequest != nil:
 			next, n = applyPullRequest(out, f.PullRequest)
-		case f.Check != nil && f.SHA != "" && f.SHA == out.HeadSHA:
+		case f.Check != nil:
 			next, n = applyCheck(out, *f.Check)
-		case f.Suite && f.SHA != "" && f.SHA == out.HeadSHA:
+		case f.Suite:
 			n = NeedLater
-		case f.Branch != "" && f.SHA != "" && f.Branch == out.Head.Branch && ownBranch(out):
+		default: // a push to the head branch
 			next, n = moveHead(out, f.SHA)
-		default:
-			continue
 		}
 		relevant = true
 		need = need.max(n)
@@ -89,6 +90,24 @@ func ApplyFacts(pr *PullRequest, facts []Fact) (out *PullRequest, relevant bool,
 		}
 	}
 	return out, relevant, need
+}
+
+// Concern reports whether any of facts is about pr: the Poller's cheap test before it applies
+// them.
+func Concern(pr *PullRequest, facts []Fact) bool {
+	return pr != nil && slices.ContainsFunc(facts, func(f Fact) bool { return f.concerns(pr) })
+}
+
+func (f Fact) concerns(pr *PullRequest) bool {
+	switch {
+	case f.PullRequest != nil:
+		return f.Number == pr.Number
+	case f.Check != nil, f.Suite:
+		return f.SHA != "" && f.SHA == pr.HeadSHA
+	case f.Branch != "":
+		return f.SHA != "" && f.Branch == pr.Head.Branch && ownBranch(pr)
+	}
+	return false
 }
 
 // ownBranch: the head branch lives in the base repository (a push event names that repository's

@@ -70,9 +70,9 @@ type PollerOptions struct {
 	// right after), while a busy installation still pays one call per HintInterval on average.
 	// 1 restores the strict pace.
 	HintBurst int
-	// FactRecheck is when an item whose change a webhook's facts stated, but which implies
-	// something only the forge computes (mergeability after its head or base moved), is read
-	// again (default 4×HintInterval): late enough to gather many into one call.
+	// FactRecheck is how long after a webhook's facts were applied an item whose change implies
+	// something only the forge computes (mergeability after its head or base moved) goes first
+	// into the padding of the calls that go out anyway, read in full (default 4×HintInterval).
 	FactRecheck time.Duration
 	// BatchSize is how many items one call carries (default: the Refresher's BatchSize).
 	BatchSize int
@@ -227,8 +227,8 @@ func (p *Poller) Get(key types.NamespacedName) (Observation, bool) {
 }
 
 // Notify applies the facts a hint carries to the items they concern at once (ApplyFacts), and
-// marks the items whose change it does not fully state as due: at once (within HintDelay) what
-// only a read can bring now, at FactRecheck what can wait (mergeability after a push). A hint
+// marks the items whose change it does not fully state as due within HintDelay; what can wait
+// (mergeability after a push) rides in later calls from FactRecheck on. A hint
 // from a webhook (Hint.Webhook) also records that the repository's webhooks are flowing (see
 // WebhookMaxAge); the manager's own hints do not, or a repository without webhooks would be
 // polled at WebhookMaxAge after each of them. It never calls the forge itself.
@@ -255,7 +255,7 @@ func (p *Poller) notify(h Hint) []types.NamespacedName {
 		if !it.watch.Repo.Equal(h.Repo) || (h.Namespace != "" && it.key.Namespace != h.Namespace) {
 			continue
 		}
-		if len(h.Facts) > 0 && it.obs.PullRequest != nil && it.obs.Err == nil {
+		if it.obs.Err == nil && Concern(it.obs.PullRequest, h.Facts) {
 			next, relevant, need := ApplyFacts(p.withLearnedLocked(it.obs.PullRequest), h.Facts)
 			if relevant {
 				if next != it.obs.PullRequest {
@@ -686,7 +686,7 @@ func (p *Poller) keepRequiredNamesLocked(old, cur *PullRequest) {
 	if cur == nil {
 		return
 	}
-	base := cur.Repo.Key() + "\x00" + cur.BaseRef
+	base := baseKey(cur)
 	learned := p.required[base]
 	for _, r := range cur.Checks.Runs {
 		switch {
@@ -727,7 +727,7 @@ func (p *Poller) withLearnedLocked(pr *PullRequest) *PullRequest {
 	}
 	known := KnownRequired(pr.Checks)
 	var add []string
-	for _, n := range p.required[pr.Repo.Key()+"\x00"+pr.BaseRef] {
+	for _, n := range p.required[baseKey(pr)] {
 		if !slices.Contains(known, n) {
 			add = append(add, n)
 		}
@@ -740,6 +740,9 @@ func (p *Poller) withLearnedLocked(pr *PullRequest) *PullRequest {
 	sort.Strings(c.Checks.RequiredNames)
 	return &c
 }
+
+// baseKey names the base branch of pr for the required-check names learned per base.
+func baseKey(pr *PullRequest) string { return pr.Repo.Key() + "\x00" + pr.BaseRef }
 
 // maxRequiredNames bounds the required check names the Poller remembers per base branch.
 const maxRequiredNames = 64
