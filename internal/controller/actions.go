@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
-	"github.com/shepherd-dev/shepherd/internal/clip"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
@@ -55,6 +55,7 @@ func (r *AgentSessionReconciler) actionTable() map[lifecycle.ActionType]actionRu
 		// handed to the dispatcher for every route not yet delivered (dispatch).
 		lifecycle.ActionNotify:          r.runNotification,
 		lifecycle.ActionEscalate:        r.runNotification,
+		lifecycle.ActionCreateWorktree:  r.runCreateWorktree,
 		lifecycle.ActionCreatePod:       r.runCreatePod,
 		lifecycle.ActionDeletePod:       r.runDeletePod,
 		lifecycle.ActionReleaseWorktree: r.runReleaseWorktree,
@@ -129,6 +130,37 @@ func (p *perSession[T]) forget(key types.NamespacedName) {
 
 // runCreatePod creates the session's agent pod. Its name is deterministic: a pod the cache had
 // not seen yet is found, not made twice.
+// runCreateWorktree creates the session's own Worktree, by its deterministic name, owned by the
+// session, on the branch the reconcile resolved.
+func (r *AgentSessionReconciler) runCreateWorktree(ctx context.Context, s *sessionScope, _ lifecycle.Action) error {
+	if s.project == nil || s.worktree != nil || s.sess.Spec.WorktreeRef != nil {
+		return nil
+	}
+	wt := &agentsv1alpha1.Worktree{ObjectMeta: metav1.ObjectMeta{
+		Name: sessionWorktree(s.sess), Namespace: s.sess.Namespace,
+		Labels: mergeLabels(managedLabels(s.project.Name), map[string]string{agentsv1alpha1.LabelSession: s.sess.Name}),
+	}}
+	wt.Spec.ProjectRef = agentsv1alpha1.LocalObjectReference{Name: s.project.Name}
+	wt.Spec.Branch = agentsv1alpha1.BranchName(s.branch)
+	if t := s.sess.Spec.Worktree; t != nil {
+		wt.Spec.Base, wt.Spec.Mode, wt.Spec.Adopt, wt.Spec.Storage = t.Base, t.Mode, t.Adopt, t.Storage.DeepCopy()
+	}
+	if err := controllerutil.SetControllerReference(s.sess, wt, r.Scheme); err != nil {
+		return fmt.Errorf("own Worktree: %w", err)
+	}
+	// Born with the Worktree controller's finalizer: it would add it on its first reconcile
+	// anyway, and that is one write less per session in a fan-out.
+	controllerutil.AddFinalizer(wt, agentsv1alpha1.WorktreeFinalizer)
+	if err := r.Client.Create(ctx, wt); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("create Worktree: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created Worktree", "worktree", klog.KObj(wt), "branch", wt.Spec.Branch)
+	return nil
+}
+
 func (r *AgentSessionReconciler) runCreatePod(ctx context.Context, s *sessionScope, _ lifecycle.Action) error {
 	if s.project == nil || s.worktree == nil {
 		return nil
@@ -202,22 +234,6 @@ func (r *AgentSessionReconciler) hook(ctx context.Context, p ActionPoint, key ty
 func (r *AgentSessionReconciler) runWake(_ context.Context, s *sessionScope, _ lifecycle.Action) error {
 	if r.Wake != nil {
 		r.Wake(s.key)
-	}
-	return nil
-}
-
-// runNotification hands the notification the action queued to the dispatcher.
-func (r *AgentSessionReconciler) runNotification(ctx context.Context, s *sessionScope, a lifecycle.Action) error {
-	if r.Notifier == nil || s.project == nil {
-		return nil
-	}
-	for _, n := range s.sess.Status.Notifications {
-		if n.ID != clip.To(a.ID, 128) {
-			continue
-		}
-		for _, route := range n.Routes {
-			r.enqueue(ctx, s, n, route)
-		}
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -357,47 +356,25 @@ func forgeUnavailable(err error, what string) error {
 	return err
 }
 
-// reconcileWorktree reads the Worktree the session names, or creates its own once admitted.
+// reconcileWorktree reads the session's Worktree: the one it names, or its own (created by the
+// CreateWorktree action once the session is admitted).
 func (r *AgentSessionReconciler) reconcileWorktree(ctx context.Context, s *sessionScope) error {
 	name := sessionWorktree(s.sess)
 	wt := &agentsv1alpha1.Worktree{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.sess.Namespace, Name: name}, wt)
 	switch {
-	case err == nil:
-		s.worktree, s.wtFound = wt, true
-		if s.sess.Spec.WorktreeRef != nil {
-			if wt.Spec.ProjectRef.Name != s.project.Name {
-				return Stalling(agentsv1alpha1.ReasonInvalidSpec, "Worktree %s belongs to Project %s, not %s: name a Worktree of the session's Project", name, wt.Spec.ProjectRef.Name, s.project.Name)
-			}
-			s.branch = string(wt.Spec.Branch)
-		}
-		return nil
-	case !apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err):
+		return nil // evidence: the lifecycle creates the session's own, or holds for a named one
+	case err != nil:
 		return fmt.Errorf("get Worktree: %w", err)
-	case s.sess.Spec.WorktreeRef != nil:
-		return nil // evidence: NotFound; the lifecycle holds the session until it appears
-	case !s.admitted || s.sess.Spec.State == agentsv1alpha1.SessionStopped || s.sess.Status.Phase.IsTerminal():
-		return nil
-	}
-	wt = &agentsv1alpha1.Worktree{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Namespace: s.sess.Namespace,
-		Labels: mergeLabels(managedLabels(s.project.Name), map[string]string{agentsv1alpha1.LabelSession: s.sess.Name}),
-	}}
-	wt.Spec.ProjectRef = agentsv1alpha1.LocalObjectReference{Name: s.project.Name}
-	wt.Spec.Branch = agentsv1alpha1.BranchName(s.branch)
-	if t := s.sess.Spec.Worktree; t != nil {
-		wt.Spec.Base, wt.Spec.Mode, wt.Spec.Adopt, wt.Spec.Storage = t.Base, t.Mode, t.Adopt, t.Storage.DeepCopy()
-	}
-	if err := controllerutil.SetControllerReference(s.sess, wt, r.Scheme); err != nil {
-		return fmt.Errorf("own Worktree: %w", err)
-	}
-	// Born with the Worktree controller's finalizer: it would add it on its first reconcile
-	// anyway, and that is one write less per session in a fan-out.
-	controllerutil.AddFinalizer(wt, agentsv1alpha1.WorktreeFinalizer)
-	if err := r.Client.Create(ctx, wt); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create Worktree: %w", err)
 	}
 	s.worktree, s.wtFound = wt, true
+	if s.sess.Spec.WorktreeRef != nil {
+		if wt.Spec.ProjectRef.Name != s.project.Name {
+			return Stalling(agentsv1alpha1.ReasonInvalidSpec, "Worktree %s belongs to Project %s, not %s: name a Worktree of the session's Project", name, wt.Spec.ProjectRef.Name, s.project.Name)
+		}
+		s.branch = string(wt.Spec.Branch)
+	}
 	return nil
 }
 

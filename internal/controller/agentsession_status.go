@@ -2,9 +2,8 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"time"
-
-	"github.com/shepherd-dev/shepherd/internal/clip"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +12,6 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/metrics"
-	"github.com/shepherd-dev/shepherd/internal/notify"
 )
 
 // setStatus writes the decision and the controller's own bookkeeping onto the status. It is a
@@ -36,6 +34,8 @@ func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, e
 	}
 	if s.worktree != nil {
 		st.WorktreeName = s.worktree.Name
+	} else if s.decision != nil && slices.ContainsFunc(s.decision.Actions, func(a lifecycle.Action) bool { return a.Type == lifecycle.ActionCreateWorktree }) {
+		st.WorktreeName = sessionWorktree(s.sess) // the action creates it right after this write
 	}
 	if s.pod != nil && s.pod.DeletionTimestamp.IsZero() {
 		st.PodName = s.pod.Name
@@ -96,22 +96,6 @@ func checkoutOf(pod *corev1.Pod) metrics.Checkout {
 	return metrics.CheckoutWarm
 }
 
-// notificationsOf turns the decision's Notify and Escalate actions into outbox entries.
-func notificationsOf(d *lifecycle.Decision, now time.Time) []agentsv1alpha1.PendingNotification {
-	var out []agentsv1alpha1.PendingNotification
-	for _, a := range d.Actions {
-		if a.Type != lifecycle.ActionNotify && a.Type != lifecycle.ActionEscalate {
-			continue
-		}
-		t := metav1.NewTime(now.Truncate(time.Second))
-		out = append(out, agentsv1alpha1.PendingNotification{
-			ID: clip.To(a.ID, 128), Type: clip.To(string(a.Event), 64), Priority: a.Priority,
-			Reason: clip.To(a.Reason, 128), Message: clip.To(a.Text, 2048), CreatedTime: &t,
-		})
-	}
-	return out
-}
-
 // afterWrite runs once the status is written: the log line and events of the decision, then its
 // actions (actions.go). It returns false when the action hook stopped it, and the level
 // actions' error.
@@ -131,48 +115,6 @@ func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope
 		}
 	}
 	return r.runActions(ctx, s)
-}
-
-// dispatch hands every undelivered (notification, route) to the dispatcher.
-func (r *AgentSessionReconciler) dispatch(ctx context.Context, s *sessionScope) {
-	if r.Notifier == nil || s.project == nil {
-		return
-	}
-	for _, n := range s.sess.Status.Notifications {
-		for _, route := range n.Routes {
-			r.enqueue(ctx, s, n, route)
-		}
-	}
-}
-
-func (r *AgentSessionReconciler) enqueue(ctx context.Context, s *sessionScope, n agentsv1alpha1.PendingNotification, route string) {
-	key := jobKey(s.key, n.ID, route)
-	if r.Deliveries == nil || r.Notifier.Pending(key) || !r.Deliveries.claim(s.key, n.ID, route) {
-		return
-	}
-	sender, err := r.senderFor(ctx, s.project, route)
-	if err != nil {
-		r.Deliveries.release(key)
-		ctrl.LoggerFrom(ctx).Error(err, "Cannot build the notification sender", "route", route)
-		return
-	}
-	created := r.now()
-	if n.CreatedTime != nil {
-		created = n.CreatedTime.Time
-	}
-	prURL := ""
-	if pr := s.sess.Status.PullRequest; pr != nil {
-		prURL = pr.URL
-	}
-	queued := r.Notifier.Enqueue(notify.Job{Key: key, Route: route, Sender: sender, Notification: notify.Notification{
-		ID: s.sess.Namespace + "/" + s.sess.Name + "/" + n.ID, Type: n.Type, Priority: n.Priority, Reason: n.Reason,
-		Message: n.Message, Namespace: s.sess.Namespace, Session: s.sess.Name, Project: s.project.Name,
-		PullRequestURL: prURL, Time: created,
-	}})
-	if !queued {
-		// The queue is full: the notification stays listed and a later reconcile tries again.
-		r.Deliveries.release(key)
-	}
 }
 
 func metaTime(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }

@@ -117,24 +117,32 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 		})
 	}
 
-	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
-		It("makes one agent pod when the manager dies at "+string(point)+" of creating it", func() {
-			w := newWorld()
-			create(w.project().Obj())
-			a := w.agent("pod-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
-			hit := crashAt(lifecycle.ActionCreatePod, point, objKey(w.ns, a.name))
-			create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix it").Obj())
-			Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
-			mgr.stop()
-			mgr.actionHook.Store(nil)
-			mgr.start()
-			a.start()
-			a.report(agentsv1alpha1.ActivityActive)
-			a.expect(agentsv1alpha1.PhaseWorking)
-			var pods corev1.PodList
-			Expect(k8sClient.List(ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{agentsv1alpha1.LabelSession: a.name})).To(Succeed())
-			Expect(pods.Items).To(ConsistOf(HaveField("Name", a.podName())), "one pod, by its deterministic name")
-		})
+	for _, t := range []lifecycle.ActionType{lifecycle.ActionCreateWorktree, lifecycle.ActionCreatePod} {
+		for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+			It("makes one Worktree and one agent pod when the manager dies at "+string(point)+" of "+string(t), func() {
+				w := newWorld()
+				create(w.project().Obj())
+				a := w.agent(map[lifecycle.ActionType]string{lifecycle.ActionCreateWorktree: "wt-", lifecycle.ActionCreatePod: "pod-"}[t] +
+					map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+				hit := crashAt(t, point, objKey(w.ns, a.name))
+				create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix it").Obj())
+				Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
+				mgr.stop()
+				mgr.actionHook.Store(nil)
+				mgr.start()
+				a.start()
+				a.report(agentsv1alpha1.ActivityActive)
+				a.expect(agentsv1alpha1.PhaseWorking)
+				var pods corev1.PodList
+				Expect(k8sClient.List(ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{agentsv1alpha1.LabelSession: a.name})).To(Succeed())
+				Expect(pods.Items).To(ConsistOf(HaveField("Name", a.podName())), "one pod, by its deterministic name")
+				var wts agentsv1alpha1.WorktreeList
+				Expect(k8sClient.List(ctx, &wts, client.InNamespace(w.ns), client.MatchingLabels{agentsv1alpha1.LabelSession: a.name})).To(Succeed())
+				Expect(wts.Items).To(ConsistOf(HaveField("Name", a.name)), "one Worktree, by its deterministic name")
+				Expect(wts.Items[0].OwnerReferences).To(ConsistOf(HaveField("Name", a.name)), "owned by its session")
+				Expect(a.status().WorktreeName).To(Equal(a.name))
+			})
+		}
 	}
 
 	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,9 +11,13 @@ import (
 
 	"github.com/shepherd-dev/shepherd/internal/clip"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/metrics"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 )
 
@@ -283,4 +288,115 @@ func (d *Deps) senderFor(ctx context.Context, p *agentsv1alpha1.Project, route s
 		}
 	}
 	return nil, errors.New("route " + route + " not found")
+}
+
+// notificationsOf turns the decision's Notify and Escalate actions into outbox entries.
+func notificationsOf(d *lifecycle.Decision, now time.Time) []agentsv1alpha1.PendingNotification {
+	var out []agentsv1alpha1.PendingNotification
+	for _, a := range d.Actions {
+		if a.Type != lifecycle.ActionNotify && a.Type != lifecycle.ActionEscalate {
+			continue
+		}
+		t := metav1.NewTime(now.Truncate(time.Second))
+		out = append(out, agentsv1alpha1.PendingNotification{
+			ID: clip.To(a.ID, 128), Type: clip.To(string(a.Event), 64), Priority: a.Priority,
+			Reason: clip.To(a.Reason, 128), Message: clip.To(a.Text, 2048), CreatedTime: &t,
+		})
+	}
+	return out
+}
+
+// dispatch hands every undelivered (notification, route) to the dispatcher.
+func (r *AgentSessionReconciler) dispatch(ctx context.Context, s *sessionScope) {
+	if r.Notifier == nil || s.project == nil {
+		return
+	}
+	for _, n := range s.sess.Status.Notifications {
+		for _, route := range n.Routes {
+			r.enqueue(ctx, s, n, route)
+		}
+	}
+}
+
+func (r *AgentSessionReconciler) enqueue(ctx context.Context, s *sessionScope, n agentsv1alpha1.PendingNotification, route string) {
+	key := jobKey(s.key, n.ID, route)
+	if r.Deliveries == nil || r.Notifier.Pending(key) || !r.Deliveries.claim(s.key, n.ID, route) {
+		return
+	}
+	sender, err := r.senderFor(ctx, s.project, route)
+	if err != nil {
+		r.Deliveries.release(key)
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot build the notification sender", "route", route)
+		return
+	}
+	created := r.now()
+	if n.CreatedTime != nil {
+		created = n.CreatedTime.Time
+	}
+	prURL := ""
+	if pr := s.sess.Status.PullRequest; pr != nil {
+		prURL = pr.URL
+	}
+	queued := r.Notifier.Enqueue(notify.Job{Key: key, Route: route, Sender: sender, Notification: notify.Notification{
+		ID: s.sess.Namespace + "/" + s.sess.Name + "/" + n.ID, Type: n.Type, Priority: n.Priority, Reason: n.Reason,
+		Message: n.Message, Namespace: s.sess.Namespace, Session: s.sess.Name, Project: s.project.Name,
+		PullRequestURL: prURL, Time: created,
+	}})
+	if !queued {
+		// The queue is full: the notification stays listed and a later reconcile tries again.
+		r.Deliveries.release(key)
+	}
+}
+
+// runNotification hands the notification the action queued to the dispatcher.
+func (r *AgentSessionReconciler) runNotification(ctx context.Context, s *sessionScope, a lifecycle.Action) error {
+	if r.Notifier == nil || s.project == nil {
+		return nil
+	}
+	for _, n := range s.sess.Status.Notifications {
+		if n.ID != clip.To(a.ID, 128) {
+			continue
+		}
+		for _, route := range n.Routes {
+			r.enqueue(ctx, s, n, route)
+		}
+	}
+	return nil
+}
+
+// setupNotifier adds the notification dispatcher: only the leader delivers, each result recorded
+// for the session or Project that owns the notification, counted and, when it failed, logged.
+func setupNotifier(mgr ctrl.Manager, cfg Config, deps *Deps) error {
+	policy := notify.DefaultPolicy
+	if cfg.NotifyPolicy != nil {
+		policy = *cfg.NotifyPolicy
+	}
+	deps.Notifier = notify.NewDispatcher(4, 1024, policy, func(res notify.Result) {
+		deps.Deliveries.record(res.Job.Notification.Project, res)
+		if !errors.Is(res.Err, context.Canceled) {
+			outcome := metrics.NotificationDelivered
+			if res.Err != nil {
+				outcome = metrics.NotificationFailed
+			}
+			deps.Metrics.ObserveNotification(destinationType(res.Job.Sender), outcome)
+		}
+		if res.Err != nil {
+			mgr.GetLogger().WithName("notify").Error(res.Err, "Notification not delivered", "route", res.Job.Route, "id", res.Job.Notification.ID)
+		}
+	})
+	if err := mgr.Add(deps.Notifier); err != nil {
+		return fmt.Errorf("add notification dispatcher: %w", err)
+	}
+	return nil
+}
+
+// destinationType names a notification sender's kind of destination, for metrics.
+func destinationType(s notify.Sender) string {
+	switch s.(type) {
+	case *notify.WebhookSender:
+		return "webhook"
+	case *notify.SlackSender:
+		return "slack"
+	}
+	return "other"
 }

@@ -157,32 +157,6 @@ func newDeps(mgr ctrl.Manager, cfg Config, wake func(types.NamespacedName), proj
 	return deps, gitTransport, nil
 }
 
-// setupNotifier adds the notification dispatcher: only the leader delivers, each result recorded
-// for the session or Project that owns the notification, counted and, when it failed, logged.
-func setupNotifier(mgr ctrl.Manager, cfg Config, deps *Deps) error {
-	policy := notify.DefaultPolicy
-	if cfg.NotifyPolicy != nil {
-		policy = *cfg.NotifyPolicy
-	}
-	deps.Notifier = notify.NewDispatcher(4, 1024, policy, func(res notify.Result) {
-		deps.Deliveries.record(res.Job.Notification.Project, res)
-		if !errors.Is(res.Err, context.Canceled) {
-			outcome := metrics.NotificationDelivered
-			if res.Err != nil {
-				outcome = metrics.NotificationFailed
-			}
-			deps.Metrics.ObserveNotification(destinationType(res.Job.Sender), outcome)
-		}
-		if res.Err != nil {
-			mgr.GetLogger().WithName("notify").Error(res.Err, "Notification not delivered", "route", res.Job.Route, "id", res.Job.Notification.ID)
-		}
-	})
-	if err := mgr.Add(deps.Notifier); err != nil {
-		return fmt.Errorf("add notification dispatcher: %w", err)
-	}
-	return nil
-}
-
 // setupRunnerChannel adds the runner channel's server (nil when it is off): token reviews on a
 // client of their own, TLS with the manager's own CA when RunnerTLSNames are set, and, under
 // leader election, forwarding from a standby to the leader.
@@ -328,17 +302,6 @@ func sharedSCMMetrics() (*scm.Metrics, error) {
 func sharedMetrics() (*metrics.Metrics, error) {
 	metricsOnce.Do(func() { sharedMetric, sharedMetricE = metrics.New(ctrlmetrics.Registry) })
 	return sharedMetric, sharedMetricE
-}
-
-// destinationType names a notification sender's kind of destination, for metrics.
-func destinationType(s notify.Sender) string {
-	switch s.(type) {
-	case *notify.WebhookSender:
-		return "webhook"
-	case *notify.SlackSender:
-		return "slack"
-	}
-	return "other"
 }
 
 // countReports counts the runner reports the channel answers, by outcome. The channel decides

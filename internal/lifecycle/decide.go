@@ -116,6 +116,19 @@ func (e *eval) after(t time.Time) {
 	}
 }
 
+// observedGeneration is the generation the decision fully describes: the input's, unless a
+// level action is still asked for (a Worktree or pod to create, a pod to delete): the objects
+// the spec calls for are not there yet, and a reader that waits for observedGeneration (kstatus,
+// `kubectl wait`) must not see the generation as done before they are.
+func (e *eval) observedGeneration() int64 {
+	for _, a := range e.actions {
+		if a.Type.Level() {
+			return e.prev.ObservedGeneration
+		}
+	}
+	return e.in.Generation
+}
+
 func (e *eval) decision() Decision {
 	d := Decision{
 		Phase:              e.phase,
@@ -128,7 +141,7 @@ func (e *eval) decision() Decision {
 		Activity:           e.activityStatus(),
 		Outbox:             e.outbox,
 		Restored:           e.restored || e.podLostNow,
-		ObservedGeneration: e.in.Generation,
+		ObservedGeneration: e.observedGeneration(),
 		RequeueAfter:       e.requeue,
 	}
 	d.PhaseTransitionTime = metav1.NewTime(e.now)

@@ -95,6 +95,9 @@ const (
 	// ActionDeletePod deletes the agent pod PodUID (a precondition on the UID: a newer pod of
 	// the same name is never deleted for an older one). Fields: ID, PodUID.
 	ActionDeletePod ActionType = "DeletePod"
+	// ActionCreateWorktree creates the session's own Worktree once it is admitted (its name is
+	// deterministic, `<session>`: a second create finds it). Fields: ID.
+	ActionCreateWorktree ActionType = "CreateWorktree"
 	// ActionReleaseWorktree sets the session's own Worktree Absent after its pull request
 	// merged (the Project's cleanup policy): its checkout goes, the record and branch stay.
 	// Fields: ID.
@@ -102,14 +105,14 @@ const (
 )
 
 // ActionTypes lists every action type, in the order docs/architecture.md lists them.
-var ActionTypes = []ActionType{ActionMerge, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree}
+var ActionTypes = []ActionType{ActionMerge, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreateWorktree, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree}
 
 // Level reports whether an action follows the state of the world rather than an event: it is
 // asked for in every decision while the evidence calls for it (a pod that should exist and does
 // not), and made safe to repeat by the API server (a deterministic name, a UID precondition, a
 // state to set), not by a key in status.
 func (t ActionType) Level() bool {
-	return t == ActionCreatePod || t == ActionDeletePod || t == ActionReleaseWorktree
+	return t == ActionCreateWorktree || t == ActionCreatePod || t == ActionDeletePod || t == ActionReleaseWorktree
 }
 
 // Action is one thing the controller must do. Only the fields its Type lists are set.

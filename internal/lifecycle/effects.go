@@ -60,11 +60,17 @@ func (e *eval) messagesWaiting() bool {
 	return false
 }
 
-// worktreeActions applies the Project's cleanup policy once the pull request merged: the
-// session's own Worktree is set Absent (its checkout goes, the record and branch stay), after
-// the agent pod is gone.
+// worktreeActions creates the session's own Worktree once the session is admitted to run, and
+// applies the Project's cleanup policy once the pull request merged: the session's own Worktree
+// is set Absent (its checkout goes, the record and branch stay), after the agent pod is gone. A
+// Worktree named by spec.worktreeRef is the user's: never created nor released.
 func (e *eval) worktreeActions() {
 	ws := e.in.Workspace
+	if ws.Own && !ws.Exists && e.in.Spec.Admitted && e.desired() != agentsv1alpha1.SessionStopped &&
+		!e.phase.IsTerminal() && e.phase != agentsv1alpha1.PhaseQueued {
+		e.actions = append(e.actions, Action{Type: ActionCreateWorktree, ID: "worktree.create"})
+		return
+	}
 	if e.phase != agentsv1alpha1.PhaseMerged || !ws.RemoveAfterMerge || !ws.Own || !ws.Exists || ws.Absent ||
 		e.in.Pod.Exists && !e.in.Pod.Deleting {
 		return

@@ -26,7 +26,19 @@ func TestPodAndWorktreeActions(t *testing.T) {
 	}{
 		{"a new admitted session gets its pod", "", func(in *Input) { noPod(in) }, []ActionType{ActionCreatePod}},
 		{"not admitted: no pod", "", func(in *Input) { noPod(in); in.Spec.Admitted = false }, nil},
-		{"no Worktree yet: no pod", "", func(in *Input) { noPod(in); in.Workspace.Exists = false }, nil},
+		{"no Worktree yet: it is created, no pod", "", func(in *Input) { noPod(in); in.Workspace = WorkspaceEvidence{Own: true} }, []ActionType{ActionCreateWorktree}},
+		{"not admitted: no Worktree", "", func(in *Input) { noPod(in); in.Workspace = WorkspaceEvidence{Own: true}; in.Spec.Admitted = false }, nil},
+		{"stopped: no Worktree", "", func(in *Input) {
+			noPod(in)
+			in.Workspace = WorkspaceEvidence{Own: true}
+			in.Spec.State = agentsv1alpha1.SessionStopped
+		}, nil},
+		{"a worktreeRef that does not exist is not created", "", func(in *Input) { noPod(in); in.Workspace = WorkspaceEvidence{NotFound: true} }, nil},
+		{"merged, the Worktree gone: not created again", agentsv1alpha1.PhaseReviewPending, func(in *Input) {
+			merged(in)
+			noPod(in)
+			in.Workspace = WorkspaceEvidence{Own: true, RemoveAfterMerge: true}
+		}, nil},
 		{"a failed Worktree: no pod", "", func(in *Input) { noPod(in); in.Workspace.Phase = agentsv1alpha1.WorktreeFailed }, nil},
 		{"a running session keeps its pod", agentsv1alpha1.PhaseWorking, nil, nil},
 		{"a stop deletes the pod", agentsv1alpha1.PhaseWorking, func(in *Input) { in.Spec.State = agentsv1alpha1.SessionStopped }, []ActionType{ActionDeletePod}},
@@ -61,8 +73,14 @@ func TestPodAndWorktreeActions(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(&in)
 			}
+			in.Generation = in.Previous.ObservedGeneration + 1
 			d := Decide(in)
 			g.Expect(levelActions(d)).To(Equal(tc.want), "phase %s (%s: %s)", d.Phase, d.Reason, d.Message)
+			if len(tc.want) > 0 {
+				g.Expect(d.ObservedGeneration).To(Equal(in.Previous.ObservedGeneration), "not observed while the objects it calls for are missing")
+			} else {
+				g.Expect(d.ObservedGeneration).To(Equal(in.Generation))
+			}
 			for _, a := range d.Actions {
 				if a.Type == ActionDeletePod {
 					g.Expect(a.PodUID).To(Equal(in.Pod.UID), "the delete names the pod it judged")

@@ -210,7 +210,7 @@ func TestChecksRollupFromCommitStatuses(t *testing.T) {
 	g.Expect(c.FailedChecks[1].Conclusion).To(Equal("warning"))
 	g.Expect(c.Summary()).To(Equal("1/4 passed, 2 failed, 1 skipped"))
 	g.Expect(got.MergeState).To(Equal(scm.MergeStateUnstable))
-	g.Expect(got.Status().FailedChecks).To(HaveLen(2))
+	g.Expect(got.Checks.FailedChecks).To(HaveLen(2))
 
 	// With protection requiring ci/*, only ci/* decides; an optional failure does not fail it.
 	g.Expect(e.owner.Protect(ctx, e.repo.Owner, e.repo.Name, giteatest.Protection{Branch: "main", RequiredContexts: []string{"ci/*", "security"}})).To(Succeed())
@@ -268,7 +268,7 @@ func TestReviewsDecisionThreadsAndDismissal(t *testing.T) {
 	g.Expect(th.Body).To(Equal("This panics on nil"))
 	g.Expect(th.URL).To(ContainSubstring(fmt.Sprintf("/pulls/%d", pr.Number)))
 	g.Expect(got.Threads[1].Line).To(Equal(5))
-	g.Expect(got.Status().UnresolvedThreads).To(BeEquivalentTo(2))
+	g.Expect(got.Threads).To(HaveLen(2))
 
 	// A reply joins the thread; resolving it hides the thread.
 	g.Expect(e.owner.Do(ctx, http.MethodPost, fmt.Sprintf("/repos/%s/%s/pulls/comments/%s/resolve", e.repo.Owner, e.repo.Name, got.Threads[1].ID), nil, nil)).To(Succeed())
@@ -492,7 +492,7 @@ func TestConflictIsUnknownUntilSettledThenDirty(t *testing.T) {
 	got := e.get(pr.Number)
 	g.Expect(got.Mergeable).To(Equal(scm.MergeableFalse))
 	g.Expect(got.MergeState).To(Equal(scm.MergeStateDirty))
-	g.Expect(got.Status().MergeState).To(BeEquivalentTo("Dirty"))
+	g.Expect(got.MergeState).To(Equal(scm.MergeStateDirty))
 	g.Expect(e.probe(pr.Number).PullRequest.MergeState).To(Equal(scm.MergeStateDirty), "a settled pair is remembered")
 	g.Expect(e.probe(pr.Number).RecheckAfter).To(BeZero())
 	_, err = e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{ExpectedHeadSHA: got.HeadSHA})

@@ -96,11 +96,8 @@ func TestParseDocumentedGraphQLPullRequest(t *testing.T) {
 	g.Expect(c.FailedChecks[1].Conclusion).To(Equal("error"))
 	g.Expect(res[0].Fingerprint).NotTo(BeEmpty())
 
-	st := pr.Status()
-	g.Expect(st.Checks).To(BeEquivalentTo("Failing"))
-	g.Expect(st.ChecksSummary).To(Equal("1/4 passed, 2 failed, 1 pending"))
-	g.Expect(st.FailedChecks).To(HaveLen(2))
-	g.Expect(st.ReviewDecision).To(BeEquivalentTo("ChangesRequested"))
+	g.Expect(c.Summary()).To(Equal("1/4 passed, 2 failed, 1 pending"))
+	g.Expect(pr.ReviewDecision).To(Equal(scm.ReviewChangesRequested))
 }
 
 func TestParseDocumentedGraphQLNotFound(t *testing.T) {
