@@ -18,6 +18,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
 
@@ -49,8 +50,9 @@ type actionRunner func(ctx context.Context, s *sessionScope, a lifecycle.Action)
 // actionTable is the one place that says who runs each action type.
 func (r *AgentSessionReconciler) actionTable() map[lifecycle.ActionType]actionRunner {
 	return map[lifecycle.ActionType]actionRunner{
-		lifecycle.ActionMerge:       r.runMerge,
-		lifecycle.ActionSendToAgent: r.runWake,
+		lifecycle.ActionMerge:           r.runMerge,
+		lifecycle.ActionOpenPullRequest: r.runOpenPullRequest,
+		lifecycle.ActionSendToAgent:     r.runWake,
 		// Notifications are queued in the status the decision wrote (status.notifications) and
 		// handed to the dispatcher for every route not yet delivered (dispatch).
 		lifecycle.ActionNotify:          r.runNotification,
@@ -130,6 +132,44 @@ func (p *perSession[T]) forget(key types.NamespacedName) {
 
 // runCreatePod creates the session's agent pod. Its name is deterministic: a pod the cache had
 // not seen yet is found, not made twice.
+// runOpenPullRequest runs the runner's waiting request: it opens the session's pull request,
+// or retitles the open one (the forge has one open pull request per head branch), and answers
+// the runner's call. The forge's answer is the Poller's observation at once: the next reconcile
+// shows the pull request without waiting for a read. A failure is the runner's to see (its call
+// is answered with it, and it asks again); it is not retried here.
+func (r *AgentSessionReconciler) runOpenPullRequest(ctx context.Context, s *sessionScope, _ lifecycle.Action) error {
+	ask := s.report.Ask
+	if ask == nil {
+		return nil
+	}
+	res, err := r.openPullRequest(ctx, s, ask.Request)
+	r.Reports.AnswerPullRequest(s.key, ask.Seq, PullRequestAnswer{Result: res, Err: err})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Pull request not opened", "branch", ask.Request.Branch, "reason", err.Error())
+	}
+	return nil
+}
+
+func (r *AgentSessionReconciler) openPullRequest(ctx context.Context, s *sessionScope, req runnerapi.PullRequestRequest) (*runnerapi.PullRequestResult, error) {
+	if s.forge == nil {
+		return nil, fmt.Errorf("the forge is not connected: %w", s.forgeErr)
+	}
+	cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
+	defer cancel()
+	pr, err := s.forge.Conn.Provider.CreatePullRequest(cctx, s.forge.Repo, scm.NewPullRequest{
+		Head: scm.Head{Branch: req.Branch}, Base: req.Base, Title: req.Title, Body: req.Body,
+	})
+	if err != nil {
+		if errors.Is(err, scm.ErrInvalid) {
+			return nil, fmt.Errorf("the forge refused the pull request: %w: %w", err, runnerapi.ErrInvalid)
+		}
+		return nil, fmt.Errorf("open pull request: %w", err)
+	}
+	r.Hub.Observed(s.key, pr)
+	ctrl.LoggerFrom(ctx).Info("Pull request open", "number", pr.Number, "url", pr.URL)
+	return &runnerapi.PullRequestResult{Number: int64(pr.Number), URL: pr.URL, Created: s.sess.Status.PullRequest == nil}, nil
+}
+
 // runCreateWorktree creates the session's own Worktree, by its deterministic name, owned by the
 // session, on the branch the reconcile resolved.
 func (r *AgentSessionReconciler) runCreateWorktree(ctx context.Context, s *sessionScope, _ lifecycle.Action) error {

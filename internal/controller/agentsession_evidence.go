@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"sort"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,9 @@ func runnerEvidence(r SessionReport, ok bool) lifecycle.RunnerEvidence {
 		if ok && r.PullRequest != nil {
 			ev.PullRequestNumber = r.PullRequest.Number
 		}
+		if ok && r.Ask != nil {
+			ev.PullRequestAsk = strconv.FormatUint(r.Ask.Seq, 10)
+		}
 		return ev
 	}
 	ev := lifecycle.RunnerEvidence{
@@ -88,6 +92,9 @@ func runnerEvidence(r SessionReport, ok bool) lifecycle.RunnerEvidence {
 	}
 	if r.PullRequest != nil {
 		ev.PullRequestNumber = r.PullRequest.Number
+	}
+	if r.Ask != nil {
+		ev.PullRequestAsk = strconv.FormatUint(r.Ask.Seq, 10)
 	}
 	if u := r.Usage; u != nil {
 		ev.Usage = &agentsv1alpha1.UsageStatus{CostUSD: u.CostUSD, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, Turns: u.Turns}
@@ -112,7 +119,8 @@ func forgeErrorReason(err error) string {
 // pullRequestEvidence turns the poller's observation into evidence. Observed is false until the
 // forge answered, and while it errors: the lifecycle then keeps what it knew.
 func pullRequestEvidence(obs scm.Observation, found bool) lifecycle.PullRequestEvidence {
-	if !found || obs.CheckedAt.IsZero() && obs.Err == nil {
+	if !found || obs.CheckedAt.IsZero() && obs.Err == nil && obs.PullRequest == nil {
+		// Not answered yet (a pull request the manager itself opened is known before any read).
 		return lifecycle.PullRequestEvidence{}
 	}
 	if obs.Err != nil && !errors.Is(obs.Err, scm.ErrNotFound) {

@@ -21,6 +21,8 @@ import (
 	"github.com/shepherd-dev/shepherd/test/fakegithub"
 )
 
+const createPullRoute = "POST /repos/{o}/{r}/pulls"
+
 // crashAt makes the manager die at point p of the first action of type t for session key: that
 // reconcile, and every later call of the hook in this manager, blocks until the manager is
 // stopped, and then runs nothing more (as a process that died there). The returned channel is
@@ -116,6 +118,62 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 			Expect(a.status().Reactions).To(ContainElement(And(HaveField("Trigger", agentsv1alpha1.TriggerCIFailed), HaveField("Attempts", int32(1)))))
 		})
 	}
+
+	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+		It("opens one pull request when the manager dies at "+string(point)+" of opening it", func() {
+			w := newWorld()
+			create(w.project().Obj())
+			a := w.agent("pr-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix it").Obj())
+			a.start()
+			a.report(agentsv1alpha1.ActivityActive)
+			a.expect(agentsv1alpha1.PhaseWorking)
+			creates := gh.Stats().ByRoute[createPullRoute]
+			req := runnerapi.PullRequestRequest{Branch: a.branch(), Base: "main", Head: a.push("work.go"), Title: "Work on " + a.name, Body: "Done"}
+			hit := crashAt(lifecycle.ActionOpenPullRequest, point, objKey(w.ns, a.name))
+			inFlight := make(chan error, 1)
+			go func() {
+				_, err := a.runner.OpenPullRequest(ctx, req)
+				inFlight <- err
+			}()
+			Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
+			mgr.stop()
+			if point == controller.BeforeAction {
+				Eventually(inFlight).Should(Receive(HaveOccurred()), "the call in flight fails with the manager that held it")
+			} else {
+				Eventually(inFlight).Should(Receive(Succeed()), "the action answered the call before the manager died")
+			}
+			mgr.actionHook.Store(nil)
+			mgr.start()
+			By("the runner asks again")
+			var pr *runnerapi.PullRequestResult
+			Eventually(func() error {
+				var err error
+				pr, err = a.runner.OpenPullRequest(ctx, req)
+				return err
+			}).WithTimeout(20 * time.Second).Should(Succeed())
+			a.pr = int(pr.Number)
+			Expect(gh.Stats().ByRoute[createPullRoute]-creates).To(Equal(1), "one pull request created across the crash")
+			Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("PullRequest.Number", int64(a.pr)))
+		})
+	}
+
+	It("shows the pull request it opened as soon as the runner's call is answered", func() {
+		w := newWorld()
+		create(w.project().Obj())
+		a := w.agent("pr-shown")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix it").Obj())
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+		a.openPR()
+		answered := time.Now()
+		Eventually(sessionStatus(w.ns, a.name)).WithTimeout(2 * time.Second).WithPolling(10 * time.Millisecond).Should(And(
+			HaveField("PullRequest.Number", int64(a.pr)),
+			HaveField("PullRequest.URL", Not(BeEmpty())),
+			HaveField("PullRequest.HeadSHA", a.head)))
+		GinkgoWriter.Printf("the status showed pull request #%d %s after the runner's call was answered\n", a.pr, time.Since(answered).Round(time.Millisecond))
+	})
 
 	for _, t := range []lifecycle.ActionType{lifecycle.ActionCreateWorktree, lifecycle.ActionCreatePod} {
 		for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {

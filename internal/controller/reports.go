@@ -26,6 +26,9 @@ type SessionReport struct {
 	Push      *runnerapi.PushReport
 	// PullRequest is the pull request the runner asked the manager to open.
 	PullRequest *runnerapi.PullRequestResult
+	// Ask is the runner's request to open or update the pull request, waiting for the
+	// OpenPullRequest action of the session's next decision; nil when none waits.
+	Ask *PullRequestAsk
 	// Worktree is the Worktree the pod uses.
 	Worktree string
 }
@@ -34,6 +37,8 @@ type SessionReport struct {
 type ReportStore struct {
 	mu        sync.Mutex
 	bySession map[types.NamespacedName]*SessionReport
+	// seq numbers the pull request asks.
+	seq uint64
 	// OnChange is called (outside the lock) after a session's report changed.
 	OnChange func(types.NamespacedName)
 }
@@ -51,8 +56,9 @@ func (s *ReportStore) Update(key types.NamespacedName, pod types.UID, worktree s
 		prev := cur
 		cur = &SessionReport{PodUID: pod}
 		if prev != nil {
-			// A new pod of the same session keeps the pull request the old one opened.
-			cur.PullRequest = prev.PullRequest
+			// A new pod of the same session keeps the pull request the old one opened, and
+			// a request still waiting (its caller gets the answer, or retries).
+			cur.PullRequest, cur.Ask = prev.PullRequest, prev.Ask
 		}
 		s.bySession[key] = cur
 	}
@@ -90,17 +96,67 @@ func (s *ReportStore) Update(key types.NamespacedName, pod types.UID, worktree s
 	}
 }
 
-// SetPullRequest records the pull request opened for the session.
-func (s *ReportStore) SetPullRequest(key types.NamespacedName, pr runnerapi.PullRequestResult) {
+// PullRequestAsk is a runner's request to open or update the session's pull request. Seq names
+// it in the action's id; the callers waiting for it are answered together.
+type PullRequestAsk struct {
+	Seq     uint64
+	Request runnerapi.PullRequestRequest
+	waiters []chan PullRequestAnswer
+}
+
+// PullRequestAnswer is what the OpenPullRequest action answered an ask.
+type PullRequestAnswer struct {
+	Result *runnerapi.PullRequestResult
+	Err    error
+}
+
+// AskPullRequest records the runner's request and wakes the session's reconcile; the returned
+// channel gets the answer of the action that runs it. A request equal to the waiting one joins
+// it (a runner that retried); a different one replaces it, and its callers get the newer
+// request's answer (the session has one pull request, and the latest title and body win).
+func (s *ReportStore) AskPullRequest(key types.NamespacedName, req runnerapi.PullRequestRequest) <-chan PullRequestAnswer {
+	ch := make(chan PullRequestAnswer, 1)
 	s.mu.Lock()
 	cur := s.bySession[key]
 	if cur == nil {
 		cur = &SessionReport{}
 		s.bySession[key] = cur
 	}
-	p := pr
-	cur.PullRequest = &p
+	if cur.Ask == nil || cur.Ask.Request != req {
+		s.seq++
+		waiters := []chan PullRequestAnswer(nil)
+		if cur.Ask != nil {
+			waiters = cur.Ask.waiters
+		}
+		cur.Ask = &PullRequestAsk{Seq: s.seq, Request: req, waiters: waiters}
+	}
+	cur.Ask.waiters = append(cur.Ask.waiters, ch)
 	s.mu.Unlock()
+	if s.OnChange != nil {
+		s.OnChange(key)
+	}
+	return ch
+}
+
+// AnswerPullRequest answers the ask seq (a newer ask is left waiting): on success the pull
+// request is recorded for the session.
+func (s *ReportStore) AnswerPullRequest(key types.NamespacedName, seq uint64, ans PullRequestAnswer) {
+	s.mu.Lock()
+	cur := s.bySession[key]
+	if cur == nil || cur.Ask == nil || cur.Ask.Seq != seq {
+		s.mu.Unlock()
+		return
+	}
+	waiters := cur.Ask.waiters
+	cur.Ask = nil
+	if ans.Err == nil && ans.Result != nil {
+		p := *ans.Result
+		cur.PullRequest = &p
+	}
+	s.mu.Unlock()
+	for _, w := range waiters {
+		w <- ans // buffered, one answer each
+	}
 	if s.OnChange != nil {
 		s.OnChange(key)
 	}

@@ -3,12 +3,12 @@ package controller
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -278,8 +278,14 @@ func ackMessage(m *agentsv1alpha1.MessagesStatus, spec []agentsv1alpha1.Message,
 	return nil
 }
 
-// OpenPullRequest opens the session's pull request (or returns the open one, retitled) and
-// remembers it for the session's next reconcile.
+// pullRequestWait bounds how long the runner's call waits for the OpenPullRequest action: the
+// forge call's own timeout, and the reconcile that runs it.
+const pullRequestWait = forgeCallTimeout + 15*time.Second
+
+// OpenPullRequest hands the runner's request to the session's next decision (its
+// OpenPullRequest action opens the pull request, or retitles the open one) and waits for the
+// action's answer. The call is answered with an error when the manager stops or the wait runs
+// out; the runner asks again, and the forge keeps one open pull request per head branch.
 func (b *RunnerBackend) OpenPullRequest(ctx context.Context, s runnerapi.Session, req runnerapi.PullRequestRequest) (*runnerapi.PullRequestResult, error) {
 	sess, p, err := b.load(ctx, s)
 	if err != nil {
@@ -288,29 +294,23 @@ func (b *RunnerBackend) OpenPullRequest(ctx context.Context, s runnerapi.Session
 	if sess.Status.Branch != "" && req.Branch != sess.Status.Branch {
 		return nil, fmt.Errorf("branch %q is not the session's (%s): %w", req.Branch, sess.Status.Branch, runnerapi.ErrForbidden)
 	}
-	f, err := b.connectForge(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the forge: %w", err)
+	if sess.Status.Phase.IsTerminal() {
+		return nil, fmt.Errorf("the session is %s: %w", sess.Status.Phase, runnerapi.ErrConflict)
 	}
-	base := req.Base
-	if base == "" {
-		base = string(p.Spec.Repository.DefaultBranch)
+	if req.Base == "" {
+		req.Base = string(p.Spec.Repository.DefaultBranch)
 	}
-	cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
-	defer cancel()
-	pr, err := f.Conn.Provider.CreatePullRequest(cctx, f.Repo, scm.NewPullRequest{
-		Head: scm.Head{Branch: req.Branch}, Base: base, Title: req.Title, Body: req.Body,
-	})
-	if err != nil {
-		if errors.Is(err, scm.ErrInvalid) {
-			return nil, fmt.Errorf("the forge refused the pull request: %w: %w", err, runnerapi.ErrInvalid)
-		}
-		return nil, fmt.Errorf("open pull request: %w", err)
+	answer := b.Reports.AskPullRequest(s.NamespacedName, req)
+	wait := time.NewTimer(pullRequestWait)
+	defer wait.Stop()
+	select {
+	case ans := <-answer:
+		return ans.Result, ans.Err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("open pull request: %w", context.Cause(ctx))
+	case <-wait.C:
+		return nil, fmt.Errorf("open pull request: no decision ran it within %s: %w", pullRequestWait, context.DeadlineExceeded)
 	}
-	res := runnerapi.PullRequestResult{Number: int64(pr.Number), URL: pr.URL, Created: sess.Status.PullRequest == nil}
-	b.Reports.SetPullRequest(s.NamespacedName, res)
-	b.Hub.Notify(scm.Hint{Repo: f.Repo, Event: "pull_request", Numbers: []int{pr.Number}, Branches: []string{req.Branch}})
-	return &res, nil
 }
 
 // GitRemote is where the caller's git goes: the Project's repository, with a credential the

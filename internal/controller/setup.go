@@ -185,7 +185,7 @@ func setupRunnerChannel(ctx context.Context, mgr ctrl.Manager, cfg Config, deps 
 	if err != nil {
 		return nil, fmt.Errorf("runner channel: %w", err)
 	}
-	srv := &httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: countReports(handler, deps.Metrics)}
+	srv := &httpServer{name: "runner channel", addr: cfg.RunnerBindAddress, handler: countReports(handler, deps.Metrics), cancelOnStop: true}
 	scheme := "http"
 	if len(cfg.RunnerTLSNames) > 0 {
 		certs := &runnertls.Certificates{}
@@ -386,6 +386,10 @@ type httpServer struct {
 	// anyReplica serves on every replica (its handler forwards to the leader); otherwise only
 	// the leader listens.
 	anyReplica bool
+	// cancelOnStop ends the requests in flight when the server stops (their context is the
+	// server's): a runner's long poll or its wait for a pull request then fails at once, and the
+	// runner asks the next leader, instead of holding this one's shutdown.
+	cancelOnStop bool
 }
 
 // serverLimits bound what one client, or many, can make a server hold.
@@ -421,6 +425,9 @@ func (s *httpServer) Start(ctx context.Context) error {
 	}
 	// Headers are small: 64 KiB is eight times what a forge or the runner sends.
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	if s.cancelOnStop {
+		srv.BaseContext = func(net.Listener) context.Context { return ctx }
+	}
 	if lim := s.limits; lim != nil {
 		srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout = 5*time.Second, lim.ReadTimeout, lim.WriteTimeout, time.Minute
 		l = netutil.LimitListener(l, lim.MaxConns)

@@ -89,6 +89,7 @@ func Decide(in Input) Decision {
 	e.runReactions()
 	e.builtinNotifications()
 	e.transitionEvents()
+	e.pullRequestActions()
 	e.podActions()
 	e.worktreeActions()
 	return e.decision()

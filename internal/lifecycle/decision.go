@@ -95,6 +95,10 @@ const (
 	// ActionDeletePod deletes the agent pod PodUID (a precondition on the UID: a newer pod of
 	// the same name is never deleted for an older one). Fields: ID, PodUID.
 	ActionDeletePod ActionType = "DeletePod"
+	// ActionOpenPullRequest opens the session's pull request, or updates the open one's title
+	// and body, as the runner asked (the request waits in the manager's memory; the runner's
+	// call is answered with the result, and a runner whose call failed asks again). Fields: ID.
+	ActionOpenPullRequest ActionType = "OpenPullRequest"
 	// ActionCreateWorktree creates the session's own Worktree once it is admitted (its name is
 	// deterministic, `<session>`: a second create finds it). Fields: ID.
 	ActionCreateWorktree ActionType = "CreateWorktree"
@@ -105,7 +109,7 @@ const (
 )
 
 // ActionTypes lists every action type, in the order docs/architecture.md lists them.
-var ActionTypes = []ActionType{ActionMerge, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreateWorktree, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree}
+var ActionTypes = []ActionType{ActionMerge, ActionOpenPullRequest, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreateWorktree, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree}
 
 // Level reports whether an action follows the state of the world rather than an event: it is
 // asked for in every decision while the evidence calls for it (a pod that should exist and does

@@ -43,6 +43,18 @@ func (e *eval) podActions() {
 	e.actions = append(e.actions, Action{Type: ActionCreatePod, ID: "pod.create." + strconv.Itoa(int(e.prev.Restores))})
 }
 
+// pullRequestActions runs the runner's request to open or update the pull request while the
+// session may still change it: not once it ended (a merged or failed session's branch is done)
+// nor while it is stopped. A request that is not run is answered by the manager's wait running
+// out, and the runner reports the failure.
+func (e *eval) pullRequestActions() {
+	ask := e.in.Runner.PullRequestAsk
+	if ask == "" || e.phase.IsTerminal() || e.desired() == agentsv1alpha1.SessionStopped {
+		return
+	}
+	e.actions = append(e.actions, Action{Type: ActionOpenPullRequest, ID: "pr.open." + ask})
+}
+
 // messagesWaiting reports whether messages wait for the agent once the decision is applied.
 func (e *eval) messagesWaiting() bool {
 	if len(e.outbox) > 0 {

@@ -100,3 +100,52 @@ func TestMessagesWaiting(t *testing.T) {
 	g.Expect(waiting(agentsv1alpha1.MessagesStatus{Pending: []agentsv1alpha1.OutboxMessage{{ID: "a"}}}, nil)).To(BeTrue())
 	g.Expect(waiting(agentsv1alpha1.MessagesStatus{Pending: []agentsv1alpha1.OutboxMessage{{ID: "a"}}, Delivered: []string{"a"}}, nil)).To(BeFalse())
 }
+
+func TestOpenPullRequestAction(t *testing.T) {
+	opened := func(d Decision) []Action {
+		var out []Action
+		for _, a := range d.Actions {
+			if a.Type == ActionOpenPullRequest {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		from  agentsv1alpha1.SessionPhase
+		setup func(*Input)
+		want  []string
+	}{
+		{"a working agent's request is run", agentsv1alpha1.PhaseWorking, func(in *Input) { in.Runner.PullRequestAsk = "7" }, []string{"pr.open.7"}},
+		{"an update while the pull request is open", agentsv1alpha1.PhaseReviewPending, func(in *Input) {
+			in.Previous.PullRequest = &agentsv1alpha1.PullRequestStatus{Number: 12, State: agentsv1alpha1.PullRequestOpen, HeadSHA: shaA}
+			in.PullRequest = openPR()
+			in.Runner.PullRequestAsk = "8"
+		}, []string{"pr.open.8"}},
+		{"no request, no action", agentsv1alpha1.PhaseWorking, nil, nil},
+		{"a stopped session opens nothing", agentsv1alpha1.PhaseWorking, func(in *Input) {
+			in.Runner.PullRequestAsk = "7"
+			in.Spec.State = agentsv1alpha1.SessionStopped
+		}, nil},
+		{"a merged session opens nothing", agentsv1alpha1.PhaseReviewPending, func(in *Input) {
+			in.PullRequest = PullRequestEvidence{Observed: true, Exists: true, Number: 12, State: agentsv1alpha1.PullRequestMerged, HeadSHA: shaA}
+			in.Previous.PullRequest = &agentsv1alpha1.PullRequestStatus{Number: 12, State: agentsv1alpha1.PullRequestOpen, HeadSHA: shaA}
+			in.Runner.PullRequestAsk = "7"
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := from(tc.from)
+			if tc.setup != nil {
+				tc.setup(&in)
+			}
+			d := Decide(in)
+			var ids []string
+			for _, a := range opened(d) {
+				ids = append(ids, a.ID)
+			}
+			g.Expect(ids).To(Equal(tc.want), "phase %s (%s: %s)", d.Phase, d.Reason, d.Message)
+		})
+	}
+}

@@ -130,6 +130,9 @@ type RunnerEvidence struct {
 	Message string
 	// PullRequestNumber is the pull request the runner opened or updated, 0 if none.
 	PullRequestNumber int64
+	// PullRequestAsk names the runner's waiting request to open or update the pull request
+	// ("" when none waits): the decision runs it as an OpenPullRequest action.
+	PullRequestAsk string
 	// AgentSessionID is the agent's own conversation id.
 	AgentSessionID string
 	// Summary of the work, from the agent.

@@ -161,6 +161,17 @@ func (h *Hub) Get(key types.NamespacedName) (Observation, bool) {
 	return c.Poller.Get(key)
 }
 
+// Observed hands the forge's answer to the manager's own call about a session's pull request to
+// the session's Poller (Poller.Observed).
+func (h *Hub) Observed(key types.NamespacedName, pr *PullRequest) {
+	h.mu.Lock()
+	c, ok := h.byKey[key]
+	h.mu.Unlock()
+	if ok {
+		c.Poller.Observed(key, pr)
+	}
+}
+
 // Notify passes a webhook hint to every poller (each ignores repositories it does not watch).
 // Wire it as the webhook handler's OnHint.
 func (h *Hub) Notify(hint Hint) {

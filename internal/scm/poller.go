@@ -129,6 +129,10 @@ type pollItem struct {
 	// recheckAt, when set, is when the item goes first into the padding of calls, read in full:
 	// a webhook's facts were applied, and what they imply only the forge computes (NeedLater).
 	recheckAt time.Time
+	// stale is true when facts (a webhook's, or the manager's own call's answer) changed the
+	// item since its last full read: its probe would see a new fingerprint and be followed by a
+	// full read in a query of its own, so whenever it is read it is read in full at once.
+	stale bool
 }
 
 // NewPoller returns a Poller reading through src.
@@ -259,7 +263,7 @@ func (p *Poller) notify(h Hint) []types.NamespacedName {
 			next, relevant, need := ApplyFacts(p.withLearnedLocked(it.obs.PullRequest), h.Facts)
 			if relevant {
 				if next != it.obs.PullRequest {
-					it.obs.PullRequest = next
+					it.obs.PullRequest, it.stale = next, true
 					if sum := hashPR(next); sum != it.contentHash {
 						it.contentHash = sum
 						changed = append(changed, it.key)
@@ -295,6 +299,51 @@ func (p *Poller) notify(h Hint) []types.NamespacedName {
 		p.signal()
 	}
 	return changed
+}
+
+// Observed records what the forge answered the manager's own call about a session's pull
+// request (it opened it, or updated its title and body): the answer is what Get returns at once,
+// as a webhook's facts are, and OnChange is called. What the answer does not carry (checks,
+// reviews, mergeability) comes with a full read within HintDelay; until then a pull request the
+// Poller had not seen has no checks, no reviews and an unknown merge state, so that nothing is
+// decided on them. It never calls the forge itself.
+func (p *Poller) Observed(key types.NamespacedName, pr *PullRequest) {
+	if pr == nil {
+		return
+	}
+	p.mu.Lock()
+	it, ok := p.items[key]
+	if !ok {
+		p.mu.Unlock()
+		return
+	}
+	var next *PullRequest
+	if cur := it.obs.PullRequest; cur != nil && cur.Number == pr.Number && it.obs.Err == nil {
+		next, _, _ = ApplyFacts(p.withLearnedLocked(cur), []Fact{{Number: pr.Number, PullRequest: &PullRequestFact{
+			State: pr.State, Draft: pr.Draft, Title: pr.Title, HeadSHA: pr.HeadSHA, BaseRef: pr.BaseRef,
+			MergeCommitSHA: pr.MergeCommitSHA, UpdatedAt: pr.UpdatedAt,
+		}}})
+	} else {
+		c := clonePR(pr)
+		c.Mergeable, c.MergeState = MergeableUnknown, MergeStateUnknown
+		c.Checks, c.Reviews, c.Threads, c.ReviewDecision = Checks{}, nil, nil, ""
+		next = c
+		it.observed, it.obs.Err = true, nil
+	}
+	it.obs.PullRequest, it.stale = next, true
+	it.needFull = true
+	if due := p.opts.Clock.Now().Add(p.opts.HintDelay); it.fullDue.IsZero() || it.fullDue.After(due) {
+		it.fullDue = due
+	}
+	changed := false
+	if sum := hashPR(next); sum != it.contentHash {
+		it.contentHash, changed = sum, true
+	}
+	p.signal()
+	p.mu.Unlock()
+	if changed && p.opts.OnChange != nil {
+		p.opts.OnChange(key)
+	}
 }
 
 // matches says whether a hint asks for a full read of the item, or only a probe (its base moved).
@@ -450,7 +499,7 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 	sort.Slice(due, func(i, j int) bool { return due[i].deadline.Before(due[j].deadline) })
 	for _, c := range due {
 		it := c.it
-		full := it.needFull || !it.observed || !it.fullDue.IsZero() && !now.Before(it.fullDue) ||
+		full := it.needFull || it.stale || !it.observed || !it.fullDue.IsZero() && !now.Before(it.fullDue) ||
 			(!it.recheckAt.IsZero() && !now.Before(it.recheckAt)) ||
 			(it.obs.PullRequest != nil && now.Sub(it.detailAt) >= p.opts.DetailMaxAge)
 		pl.reqs = append(pl.reqs, it.request(full))
@@ -578,7 +627,7 @@ func (p *Poller) run(ctx context.Context, pl *plan, start time.Time) ([]types.Na
 		it.fingerprint = res.Fingerprint
 		if full {
 			it.needFull = false
-			it.fullDue, it.recheckAt = time.Time{}, time.Time{}
+			it.fullDue, it.recheckAt, it.stale = time.Time{}, time.Time{}, false
 			it.detailAt = start
 			p.keepRequiredNamesLocked(it.obs.PullRequest, res.PullRequest)
 			it.obs.PullRequest = res.PullRequest
