@@ -369,34 +369,7 @@ func (e *eval) view(t agentsv1alpha1.ReactionTrigger) triggerView {
 			v.state = inactive
 		}
 	case agentsv1alpha1.TriggerChangesRequested:
-		items := reviewItems(p)
-		fp := fingerprint(items)
-		v.subject = fmt.Sprintf("Changes requested on pull request %s (%d open comment(s)).", p.ref(), len(p.threads)+len(p.reviews))
-		switch {
-		case !prReady:
-		case len(items) > 0:
-			v.state, v.episode = active, p.headSHA
-			v.key = func(*agentsv1alpha1.ReactionStatus) string { return fp }
-			v.isNew = func(last, key string) bool { return len(newItems(items, last)) > 0 }
-			v.data = func(last string) MessageData {
-				d := e.messageData()
-				fresh := newItems(items, last)
-				for _, th := range p.threads {
-					if fresh["t:"+th.ID] {
-						d.Threads = append(d.Threads, th)
-					}
-				}
-				for _, rv := range p.reviews {
-					if fresh["r:"+rv.ID] {
-						d.Reviews = append(d.Reviews, rv)
-					}
-				}
-				d.OtherOpenThreads = len(p.threads) + len(p.reviews) - len(d.Threads) - len(d.Reviews)
-				return d
-			}
-		default:
-			v.state = inactive
-		}
+		e.changesRequestedView(&v, prReady)
 	case agentsv1alpha1.TriggerApprovedAndGreen:
 		// Exactly one attempt per head commit: the key is the head SHA alone, kept across
 		// episodes, so a mergeability flap never merges (or notifies) twice.
@@ -425,6 +398,40 @@ func (e *eval) view(t agentsv1alpha1.ReactionTrigger) triggerView {
 		v.state, v.episode, v.key = activeIf(e.exitedNow), "exited", startKey("exit")
 	}
 	return v
+}
+
+// changesRequestedView: one attempt per set of review comments; a new comment (or review) on the
+// same head is news, and the agent is sent only what is new.
+func (e *eval) changesRequestedView(v *triggerView, prReady bool) {
+	p := e.pr
+	items := reviewItems(p)
+	fp := fingerprint(items)
+	v.subject = fmt.Sprintf("Changes requested on pull request %s (%d open comment(s)).", p.ref(), len(p.threads)+len(p.reviews))
+	switch {
+	case !prReady:
+	case len(items) > 0:
+		v.state, v.episode = active, p.headSHA
+		v.key = func(*agentsv1alpha1.ReactionStatus) string { return fp }
+		v.isNew = func(last, key string) bool { return len(newItems(items, last)) > 0 }
+		v.data = func(last string) MessageData {
+			d := e.messageData()
+			fresh := newItems(items, last)
+			for _, th := range p.threads {
+				if fresh["t:"+th.ID] {
+					d.Threads = append(d.Threads, th)
+				}
+			}
+			for _, rv := range p.reviews {
+				if fresh["r:"+rv.ID] {
+					d.Reviews = append(d.Reviews, rv)
+				}
+			}
+			d.OtherOpenThreads = len(p.threads) + len(p.reviews) - len(d.Threads) - len(d.Reviews)
+			return d
+		}
+	default:
+		v.state = inactive
+	}
 }
 
 func activeIf(b bool) triggerState {

@@ -3,6 +3,7 @@ package scm
 import (
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -106,4 +107,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// OutcomeOf is the outcome label of an HTTP answer a forge gave (rate limits and 304s are told
+// apart by the adapters before they ask).
+func OutcomeOf(status int) string {
+	switch {
+	case status < 400:
+		return OutcomeOK
+	case status == http.StatusUnauthorized:
+		return OutcomeUnauthorized
+	case status == http.StatusNotFound:
+		return OutcomeNotFound
+	case status >= 500:
+		return OutcomeServerError
+	}
+	return OutcomeClientError
 }

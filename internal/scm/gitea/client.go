@@ -143,7 +143,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			}
 			return nil, &scm.RateLimitError{Resource: "api", Reset: c.cfg.Clock.Now().Add(wait)}
 		}
-		c.count(op, outcomeOf(resp.status))
+		c.count(op, scm.OutcomeOf(resp.status))
 		return resp, nil
 	}
 }
@@ -197,20 +197,6 @@ func (c *Client) count(op, outcome string) {
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.Requests.WithLabelValues(providerName, scm.KindREST, op, outcome).Inc()
 	}
-}
-
-func outcomeOf(status int) string {
-	switch {
-	case status < 400:
-		return scm.OutcomeOK
-	case status == http.StatusUnauthorized:
-		return scm.OutcomeUnauthorized
-	case status == http.StatusNotFound:
-		return scm.OutcomeNotFound
-	case status >= 500:
-		return scm.OutcomeServerError
-	}
-	return scm.OutcomeClientError
 }
 
 // message is Gitea's error text: {"message": "...", "errors": [...]} or a bare string.

@@ -80,7 +80,7 @@ func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	resp, err := c.next.RoundTrip(req.WithContext(ctx))
 	outcome := scm.OutcomeNetworkError
 	if err == nil {
-		outcome = outcomeOf(resp.StatusCode)
+		outcome = scm.OutcomeOf(resp.StatusCode)
 		// The body is read by ghinstallation after we return; cancel when it is closed.
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	} else {

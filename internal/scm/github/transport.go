@@ -188,7 +188,7 @@ func (g *governor) RoundTrip(req *http.Request) (*http.Response, error) {
 		// A GraphQL 200 may still be a refusal (GitHub answers an exhausted budget with 200 and a
 		// RATE_LIMITED error): Client.GraphQL counts it once it has read the answer.
 		if kind != scm.KindGraphQL || resp.StatusCode != http.StatusOK {
-			g.count(kind, op, outcomeOf(resp.StatusCode))
+			g.count(kind, op, scm.OutcomeOf(resp.StatusCode))
 		}
 		if resp.StatusCode < 300 {
 			g.succeeded()
@@ -202,20 +202,6 @@ func (g *governor) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return resp, nil
 	}
-}
-
-func outcomeOf(status int) string {
-	switch {
-	case status < 400:
-		return scm.OutcomeOK
-	case status == http.StatusUnauthorized:
-		return scm.OutcomeUnauthorized
-	case status == http.StatusNotFound:
-		return scm.OutcomeNotFound
-	case status >= 500:
-		return scm.OutcomeServerError
-	}
-	return scm.OutcomeClientError
 }
 
 // attempt sends one request under the timeout and reads the whole body, so that the timeout
