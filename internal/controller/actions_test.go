@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"errors"
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -20,6 +22,18 @@ func TestActionTableRunsEveryAction(t *testing.T) {
 		g.Expect(table).To(HaveKey(at), "no runner for %s", at)
 	}
 	g.Expect(table).To(HaveLen(len(lifecycle.ActionTypes)))
+}
+
+// TestCrashPointsCoverEveryAction keeps the crash-point harness whole: every action type has a
+// spec that stops the manager at its crash points (crashAt names the type).
+func TestCrashPointsCoverEveryAction(t *testing.T) {
+	g := NewWithT(t)
+	src, err := os.ReadFile("crashpoints_test.go")
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, at := range lifecycle.ActionTypes {
+		g.Expect(regexp.MustCompile(`crashAt\(lifecycle\.Action`+string(at)+`\b|lifecycle\.Action`+string(at)+`[,}]`).Match(src)).
+			To(BeTrue(), "no crash-point spec for %s", at)
+	}
 }
 
 func TestMergeOutcome(t *testing.T) {

@@ -204,6 +204,46 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 	}
 
 	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+		It("stops with its pod gone, and none made again, when the manager dies at "+string(point)+" of deleting it", func() {
+			w := newWorld()
+			create(w.project().Obj())
+			a := w.agent("delete-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix it").Obj())
+			agentRuns().do(a)
+			a.expect(agentsv1alpha1.PhaseWorking)
+			hit := crashAt(lifecycle.ActionDeletePod, point, objKey(w.ns, a.name))
+			a.setState(agentsv1alpha1.SessionStopped)
+			Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
+			mgr.stop()
+			mgr.actionHook.Store(nil)
+			mgr.start()
+			a.expect(agentsv1alpha1.PhaseStopped)
+			podRemoved().do(a)
+			Consistently(podExists(w.ns, a.podName()), "2s").Should(BeFalse(), "a stopped session gets no pod again")
+		})
+
+		It("releases the Worktree after the merge when the manager dies at "+string(point)+" of releasing it", func() {
+			w := newWorld()
+			create(removeAfterMerge(w.project()).Obj())
+			a := w.agent("release-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix it").Obj())
+			agentRuns().do(a)
+			pullRequestWithCheck().do(a)
+			a.expect(agentsv1alpha1.PhasePROpen)
+			hit := crashAt(lifecycle.ActionReleaseWorktree, point, objKey(w.ns, a.name))
+			humanMerges().do(a)
+			Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
+			mgr.stop()
+			mgr.actionHook.Store(nil)
+			mgr.start()
+			a.expect(agentsv1alpha1.PhaseMerged)
+			Eventually(func() agentsv1alpha1.WorktreeState { return fresh(worktree(w.ns, a.name)).Spec.State }).
+				Should(Equal(agentsv1alpha1.WorktreeAbsent))
+			Expect(podExists(w.ns, a.podName())()).To(BeFalse())
+		})
+	}
+
+	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
 		It("delivers a notification at least once, under one id, when the manager dies at "+string(point)+" of sending it", func() {
 			w := newWorld()
 			rcv := newReceiver("s3cret", http.StatusOK)
@@ -226,6 +266,43 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 			posts, bad := rcv.counts()
 			Expect(bad).To(BeZero())
 			Expect(posts).To(HaveLen(1), "every attempt carried the same delivery id: %v", posts)
+		})
+	}
+
+	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+		It("escalates a refused merge once, under one id, when the manager dies at "+string(point)+" of escalating", func() {
+			w := newWorld()
+			rcv := newReceiver("s3cret", http.StatusOK)
+			Expect(gh.SetProtection(w.full, fakegithub.Protection{RequiredChecks: []string{"test"}, RequiredApprovals: 1})).To(Succeed())
+			create(w.project().Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).
+				With(withWebhook(w, rcv.URL)).Obj())
+			a := w.agent("escalate-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix the flaky test").Obj())
+			a.start()
+			a.report(agentsv1alpha1.ActivityActive)
+			a.expect(agentsv1alpha1.PhaseWorking)
+			a.openPR()
+			a.report(agentsv1alpha1.ActivityReady)
+			a.expect(agentsv1alpha1.PhaseReviewPending)
+			gh.FailRoute(mergeRoute, http.StatusMethodNotAllowed)
+			hit := crashAt(lifecycle.ActionEscalate, point, objKey(w.ns, a.name))
+			a.check("success")
+			a.review("APPROVED")
+			restartAfterCrash(a, hit)
+			escalations := func() int {
+				n := 0
+				for _, t := range rcv.types() {
+					if t == string(agentsv1alpha1.EventReactionEscalated) {
+						n++
+					}
+				}
+				return n
+			}
+			Eventually(escalations).Should(Equal(1), "delivered")
+			Consistently(escalations, "2s").Should(Equal(1), "one id across the crash")
+			_, bad := rcv.counts()
+			Expect(bad).To(BeZero())
+			Expect(a.status().Reactions).To(ContainElement(And(HaveField("Trigger", agentsv1alpha1.TriggerApprovedAndGreen), HaveField("Escalated", true))))
 		})
 	}
 

@@ -24,7 +24,10 @@ func (e *eval) podActions() {
 	p := e.in.Pod
 	live := e.in.Spec.Admitted && e.desired() != agentsv1alpha1.SessionStopped && !e.phase.IsTerminal() &&
 		e.phase != agentsv1alpha1.PhaseQueued && e.in.Workspace.Exists
-	needAgent := e.phase == agentsv1alpha1.PhaseSpawning || e.messagesWaiting()
+	// An agent that never ran is needed whatever the phase: a session whose branch already has a
+	// pull request (found before its agent started) still runs its task.
+	neverRan := e.prev.StartTime == nil && !e.agent.live
+	needAgent := e.phase == agentsv1alpha1.PhaseSpawning || e.messagesWaiting() || neverRan
 	if p.Exists {
 		finished := p.Phase == PodSucceeded || p.Phase == PodFailed
 		keepForDiagnosis := finished && e.phase == agentsv1alpha1.PhaseErrored && e.desired() != agentsv1alpha1.SessionStopped

@@ -25,6 +25,10 @@ func TestPodAndWorktreeActions(t *testing.T) {
 		want  []ActionType
 	}{
 		{"a new admitted session gets its pod", "", func(in *Input) { noPod(in) }, []ActionType{ActionCreatePod}},
+		{"a new session whose branch already has a pull request gets its pod", "", func(in *Input) {
+			noPod(in)
+			in.PullRequest = openPR()
+		}, []ActionType{ActionCreatePod}},
 		{"not admitted: no pod", "", func(in *Input) { noPod(in); in.Spec.Admitted = false }, nil},
 		{"no Worktree yet: it is created, no pod", "", func(in *Input) { noPod(in); in.Workspace = WorkspaceEvidence{Own: true} }, []ActionType{ActionCreateWorktree}},
 		{"not admitted: no Worktree", "", func(in *Input) { noPod(in); in.Workspace = WorkspaceEvidence{Own: true}; in.Spec.Admitted = false }, nil},
