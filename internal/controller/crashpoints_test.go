@@ -63,11 +63,15 @@ func mergeWorld(name string) (*world, *agent) {
 	return w, mergeSession(w, name)
 }
 
-// mergeSession is mergeWorld's session in an existing world.
-func mergeSession(w *world, name string) *agent {
+// mergeSession is mergeWorld's session in an existing world; opts change the Project.
+func mergeSession(w *world, name string, opts ...func(*agentsv1alpha1.ProjectSpec)) *agent {
 	GinkgoHelper()
 	Expect(gh.SetProtection(w.full, fakegithub.Protection{RequiredChecks: []string{"test"}, RequiredApprovals: 1})).To(Succeed())
-	create(w.project().Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).Obj())
+	p := w.project().Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge})
+	for _, o := range opts {
+		p = p.With(o)
+	}
+	create(p.Obj())
 	a := w.agent(name)
 	create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix the flaky test").Obj())
 	a.start()
@@ -273,17 +277,7 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 		It("escalates a refused merge once, under one id, when the manager dies at "+string(point)+" of escalating", func() {
 			w := newWorld()
 			rcv := newReceiver("s3cret", http.StatusOK)
-			Expect(gh.SetProtection(w.full, fakegithub.Protection{RequiredChecks: []string{"test"}, RequiredApprovals: 1})).To(Succeed())
-			create(w.project().Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).
-				With(withWebhook(w, rcv.URL)).Obj())
-			a := w.agent("escalate-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
-			create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix the flaky test").Obj())
-			a.start()
-			a.report(agentsv1alpha1.ActivityActive)
-			a.expect(agentsv1alpha1.PhaseWorking)
-			a.openPR()
-			a.report(agentsv1alpha1.ActivityReady)
-			a.expect(agentsv1alpha1.PhaseReviewPending)
+			a := mergeSession(w, "escalate-"+map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point], withWebhook(w, rcv.URL))
 			gh.FailRoute(mergeRoute, http.StatusMethodNotAllowed)
 			hit := crashAt(lifecycle.ActionEscalate, point, objKey(w.ns, a.name))
 			a.check("success")
