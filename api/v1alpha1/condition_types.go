@@ -162,6 +162,10 @@ const (
 	// ForceDeleteAnnotation set to "true" on a Worktree lets it be deleted with sessions bound or
 	// commits unpushed. The unpushed commits are lost.
 	ForceDeleteAnnotation = "agents.shepherd.dev/force-delete"
+	// ApprovedHeadAnnotation on an AgentSession names the pull request head commit a human
+	// approves for merging (Argo CD's approve action sets it): while it is the current head,
+	// the approvedAndGreen reaction merges it, checks passing, whatever its configured action.
+	ApprovedHeadAnnotation = "agents.shepherd.dev/approved-head"
 	// ReconcileRequestAnnotation: changing its value asks the controllers for an immediate
 	// reconcile (as `flux reconcile` does), for example to re-check credentials.
 	ReconcileRequestAnnotation = "agents.shepherd.dev/reconcile-requested-at"

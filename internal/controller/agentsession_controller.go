@@ -407,10 +407,11 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 	in := lifecycle.Input{
 		Now:        s.now,
 		Generation: s.sess.Generation,
-		Spec:       lifecycle.SpecEvidence{State: s.sess.Spec.State, Admitted: s.admitted, Messages: s.sess.Spec.Messages},
-		Settings:   s.settings,
-		Pod:        podEvidence(s.pod, s.nodeLost),
-		Previous:   s.sess.Status,
+		Spec: lifecycle.SpecEvidence{State: s.sess.Spec.State, Admitted: s.admitted, Messages: s.sess.Spec.Messages,
+			ApprovedHead: s.sess.Annotations[agentsv1alpha1.ApprovedHeadAnnotation]},
+		Settings: s.settings,
+		Pod:      podEvidence(s.pod, s.nodeLost),
+		Previous: s.sess.Status,
 	}
 	in.Workspace.Own = s.sess.Spec.WorktreeRef == nil
 	in.Workspace.RemoveAfterMerge = s.project.Spec.Cleanup != nil && s.project.Spec.Cleanup.WorktreeAfterMerge == agentsv1alpha1.WorktreeRemove

@@ -53,6 +53,8 @@ var (
 	clientset *kubernetes.Clientset
 	gh        *fakegithub.Server
 	mgr       *managerUnderTest
+	// stopWatching ends the GitOps state recorder's watches (gitops_test.go).
+	stopWatching context.CancelFunc
 
 	webhookSecret = []byte("webhook-secret")
 	ghToken       = "ghp_shepherdtest"
@@ -110,9 +112,20 @@ var _ = BeforeSuite(func() {
 
 	mgr = &managerUnderTest{runnerAddr: freeAddr(), webhookAddr: webhookAddr}
 	mgr.start()
+
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	var watchCtx context.Context
+	watchCtx, stopWatching = context.WithCancel(context.Background())
+	gitopsStates.watchStates(watchCtx, wc)
 })
 
 var _ = AfterSuite(func() {
+	suite, _ := GinkgoConfiguration()
+	if stopWatching != nil {
+		stopWatching() // before the API server stops: an open watch holds its shutdown
+	}
+	gitopsStates.checkVerdicts(len(suite.FocusStrings) == 0 && len(suite.SkipStrings) == 0 && suite.LabelFilter == "")
 	if mgr != nil {
 		mgr.stop()
 	}

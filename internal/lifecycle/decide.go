@@ -83,6 +83,7 @@ func Decide(in Input) Decision {
 		e.reactions[r.Trigger] = r
 	}
 	e.readPullRequest()
+	e.humanApproval()
 	e.readAgent()
 	e.decidePhase()
 	e.queueUserMessages()

@@ -42,6 +42,10 @@ type SpecEvidence struct {
 	Admitted bool
 	// Messages are spec.messages, in order.
 	Messages []agentsv1alpha1.Message
+	// ApprovedHead is the pull request head a human approved for merging through Kubernetes
+	// (the ApprovedHeadAnnotation, set by Argo CD's approve action or kubectl annotate): while it
+	// names the current head, approvedAndGreen merges that head whatever its configured action.
+	ApprovedHead string
 }
 
 // WorkspaceEvidence is the session's Worktree.

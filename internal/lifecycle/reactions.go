@@ -127,6 +127,22 @@ func (e *eval) react(t agentsv1alpha1.ReactionTrigger, r Reaction, st *agentsv1a
 	e.escalationDeadline(r, st)
 }
 
+// humanApproval turns approvedAndGreen into a Merge of the head a human approved through
+// Kubernetes (SpecEvidence.ApprovedHead), when that head is the pull request's current one. The
+// approval names the head, so it counts as the approval at it (an approval of an earlier head
+// does not: a push after it needs a new one); checks must still pass at that head, and the
+// Project's merge method, retries and escalation hold. Whoever may annotate the session may
+// approve it: the same RBAC that lets them edit its spec.
+func (e *eval) humanApproval() {
+	t := agentsv1alpha1.TriggerApprovedAndGreen
+	r := e.s.reaction(t)
+	if e.in.Spec.ApprovedHead == "" || !e.pr.known || e.pr.headSHA == "" || e.in.Spec.ApprovedHead != e.pr.headSHA || r.Action == agentsv1alpha1.ReactionMerge {
+		return
+	}
+	r.Action, r.MergeMethod, r.MergeWithoutApproval = agentsv1alpha1.ReactionMerge, DefaultMergeMethod, true
+	e.s.Reactions[t] = r
+}
+
 // mergeGate says why the pull request may not be merged at its head yet, "" when it may: a
 // trusted reviewer's approval given at this very head (an approval of an earlier head does not
 // count, whatever the forge's review decision says: GitHub keeps it unless stale reviews are

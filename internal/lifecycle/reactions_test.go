@@ -768,3 +768,40 @@ func TestChangesRequestedIsNotSentAgainForANewHead(t *testing.T) {
 	g.Expect(sends).To(HaveLen(1), "a new thread is news at any head")
 	g.Expect(sends[0].Text).To(ContainSubstring("PRRT_2"))
 }
+
+// A human's approval through Kubernetes (Argo CD's approve action) merges the head it names,
+// under the Notify default, once; it does not carry over to a new head, and checks still gate.
+func TestHumanApprovalMergesTheApprovedHead(t *testing.T) {
+	g := NewWithT(t)
+	s := newSim(running().Previous)
+	at := func(m int, pr PullRequestEvidence, approved string) Decision {
+		in := withPR(t0.Add(time.Duration(m)*time.Minute), pr)
+		in.Spec.ApprovedHead = approved
+		return s.step(in)
+	}
+	d := at(0, approvedGreen(shaA), "")
+	g.Expect(actionsOf(d, ActionMerge)).To(BeEmpty(), "Notify by default: a human merges")
+	g.Expect(actionsOf(d, ActionNotify)).To(HaveLen(1))
+
+	g.Expect(actionsOf(at(1, approvedGreen(shaA), shaB), ActionMerge)).To(BeEmpty(), "an approval of another head merges nothing")
+
+	d = at(2, approvedGreen(shaA), shaA)
+	g.Expect(actionsOf(d, ActionMerge)).To(ConsistOf(And(HaveField("ExpectedHeadSHA", shaA), HaveField("MergeMethod", DefaultMergeMethod))))
+	attention, _ := cond(d, agentsv1alpha1.ConditionNeedsAttention)
+	g.Expect(attention.Status).To(BeEquivalentTo("False"), "approved: no human is asked to merge any more")
+	g.Expect(actionsOf(at(3, approvedGreen(shaA), shaA), ActionMerge)).To(BeEmpty(), "the merge is asked once")
+
+	// A push after the approval: the new head is not approved.
+	g.Expect(actionsOf(at(4, approvedGreen(shaB), shaA), ActionMerge)).To(BeEmpty())
+
+	// The approval does not open the checks gate.
+	unchecked := approvedGreen(shaB)
+	unchecked.Checks = ChecksEvidence{State: agentsv1alpha1.ChecksNone}
+	s2 := newSim(running().Previous)
+	in := withPR(t0, unchecked)
+	in.Spec.ApprovedHead = shaB
+	d = s2.step(in)
+	g.Expect(actionsOf(d, ActionMerge)).To(BeEmpty())
+	attention, _ = cond(d, agentsv1alpha1.ConditionNeedsAttention)
+	g.Expect(attention.Reason).To(Equal(agentsv1alpha1.ReasonMergeGated))
+}
