@@ -9,6 +9,8 @@
 //	localcluster status                               each component and the node; exit 1 unless all run
 //	localcluster env                                  prints `export KUBECONFIG=...`
 //	localcluster images [--load] [--only a,b|all]     build the image archives; --load imports them
+//	localcluster release --kubectl K [--version V] [--registry R]   images as OCI archives, manifests pinned
+//	localcluster push [--registry R] [--insecure]     push a release's images
 //	localcluster provisioner --kubeconfig F --volumes-dir D   the volume provisioner (`up` starts it)
 //
 // Every component runs detached (its own session) so it outlives this command; its log and pid
@@ -37,6 +39,9 @@ commands:
   env      print "export KUBECONFIG=..." for the running cluster
   images   build the manager, runner, test-agent, agent (claude-code; codex, opencode with --only)
            and pause images; --load imports them
+  release  build every image of a release as an OCI archive under dist/images and render
+           dist/install.yaml and dist/install-namespaced.yaml with the images pinned
+  push     send a release's images to a registry (--registry, --insecure for plain HTTP)
   provisioner  the volume provisioner of StorageClass shepherd-local (up starts it)
 
 global flags:
@@ -118,7 +123,7 @@ func run(ctx context.Context, args []string) error {
 	if err := g.defaults(); err != nil {
 		return err
 	}
-	if cmd == "up" || cmd == "down" || cmd == "images" {
+	if cmd == "up" || cmd == "down" || cmd == "images" || cmd == "release" {
 		// One command at a time changes a cluster: a second `up` (make run-local while the e2e
 		// suite starts) waits for the first.
 		unlock, err := lockRunDir(g.runDir)
@@ -138,6 +143,10 @@ func run(ctx context.Context, args []string) error {
 		return cmdEnv(g, rest)
 	case "images":
 		return cmdImages(ctx, g, rest)
+	case "release":
+		return cmdRelease(ctx, g, rest)
+	case "push":
+		return cmdPush(ctx, g, rest)
 	default:
 		fs.Usage()
 		return usageErr{fmt.Sprintf("unknown command %q", cmd)}
