@@ -20,6 +20,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/config/monitoring"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 )
 
@@ -253,6 +254,40 @@ var _ = Describe("Metrics", Serial, func() {
 		for name := range gather() {
 			if strings.HasPrefix(name, "shepherd_") {
 				Expect(documented).To(ContainElement(name), "the manager exports %s: document it in docs/metrics.md", name)
+			}
+		}
+	})
+
+	It("exports every metric config/monitoring's alerts and dashboard name", func() {
+		known := map[string]bool{"up": true} // up: Prometheus's own series per scrape target
+		for _, n := range exportedShepherdMetrics() {
+			known[n] = true
+		}
+		for n := range gather() {
+			known[n] = true
+		}
+		// controller-runtime's metrics are registered whether or not they have a series yet (the
+		// work queue's depth has none while its queue is empty): registering a name already taken
+		// fails, so a probe tells.
+		isKnown := func(name string) bool {
+			if known[name] {
+				return true
+			}
+			probe := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "probe"})
+			if ctrlmetrics.Registry.Register(probe) != nil {
+				return true
+			}
+			ctrlmetrics.Registry.Unregister(probe)
+			return false
+		}
+		exprs, err := monitoring.Expressions()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(exprs).NotTo(BeEmpty())
+		for _, e := range exprs {
+			names, err := monitoring.MetricNames(e.Expr)
+			Expect(err).NotTo(HaveOccurred(), e.Source)
+			for _, n := range names {
+				Expect(isKnown(monitoring.BaseName(n, isKnown))).To(BeTrue(), "%s names %s, which the manager does not export", e.Source, n)
 			}
 		}
 	})
