@@ -393,3 +393,11 @@ func ConfigMapPatch() (string, error) {
 	}
 	return b.String(), nil
 }
+
+// Must returns hs, panicking on err: for tests that poll a health verdict.
+func Must(hs HealthStatus, err error) HealthStatus {
+	if err != nil {
+		panic(err)
+	}
+	return hs
+}
