@@ -70,14 +70,7 @@ var _ = Describe("Argo CD's AgentSession actions, applied as Argo CD applies the
 	It("approve merges the approved head of a session whose Project leaves merging to a human", func() {
 		w := newWorld()
 		create(w.project().Obj()) // approvedAndGreen: Notify, the default
-		a := w.agent("argo-approve")
-		create(MakeSession(a.name, w.ns, "widgets").Prompt("Tidy").Obj())
-		a.start()
-		a.report(agentsv1alpha1.ActivityActive)
-		a.openPR()
-		a.check("success")
-		a.report(agentsv1alpha1.ActivityReady)
-		a.expect(agentsv1alpha1.PhaseMergeable)
+		a := greenUnreviewed(w, "argo-approve")
 		merges := gh.Stats().ByRoute[mergeRoute]
 		Consistently(func() int { return gh.Stats().ByRoute[mergeRoute] - merges }, "2s").Should(BeZero(), "Notify: nobody merges")
 		Expect(argocd.Health(liveSession(w.ns, a.name))).To(HaveField("Status", argocd.Suspended), "waiting for a human to merge")

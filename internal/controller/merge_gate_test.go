@@ -31,14 +31,7 @@ var _ = Describe("The merge gate", func() {
 	It("does not merge a pull request nobody reviewed, unless the Project opts in", func() {
 		w := newWorld()
 		create(w.project().Reaction(agentsv1alpha1.TriggerApprovedAndGreen, agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}).Obj())
-		a := w.agent("gate-unreviewed")
-		create(MakeSession(a.name, w.ns, "widgets").Prompt("Tidy").Obj())
-		a.start()
-		a.report(agentsv1alpha1.ActivityActive)
-		a.openPR()
-		a.check("success")
-		a.report(agentsv1alpha1.ActivityReady)
-		a.expect(agentsv1alpha1.PhaseMergeable) // no protection: the forge would merge it
+		a := greenUnreviewed(w, "gate-unreviewed")
 		merges := gh.Stats().ByRoute[mergeRoute]
 		Eventually(func() []metav1.Condition { return a.status().Conditions }).Should(
 			HaveCondition(agentsv1alpha1.ConditionNeedsAttention, metav1.ConditionTrue, agentsv1alpha1.ReasonMergeGated))
@@ -52,3 +45,19 @@ var _ = Describe("The merge gate", func() {
 		Expect(gh.Stats().ByRoute[mergeRoute] - merges).To(Equal(1))
 	})
 })
+
+// greenUnreviewed is a session of w's Project (created by the caller) whose pull request passed
+// its checks with no review: with no branch protection the forge would merge it, so it is
+// Mergeable.
+func greenUnreviewed(w *world, name string) *agent {
+	GinkgoHelper()
+	a := w.agent(name)
+	create(MakeSession(a.name, w.ns, "widgets").Prompt("Tidy").Obj())
+	a.start()
+	a.report(agentsv1alpha1.ActivityActive)
+	a.openPR()
+	a.check("success")
+	a.report(agentsv1alpha1.ActivityReady)
+	a.expect(agentsv1alpha1.PhaseMergeable)
+	return a
+}

@@ -9,6 +9,7 @@
 --                                                                an invalid spec, ...)
 --   any other live phase                            Progressing
 --   being deleted                                   Progressing (names the finalizers)
+-- Each script stands alone (Argo CD loads no shared Lua), so the small helpers repeat.
 local hs = {}
 
 local function condition(ctype)

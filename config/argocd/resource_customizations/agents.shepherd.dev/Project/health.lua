@@ -2,6 +2,7 @@
 -- libraries only (see AgentSession/health.lua). Ready True is Healthy; Stalled True (a missing
 -- Secret, a rejected token, an unknown repository: a human must fix the spec or the Secret) is
 -- Degraded; anything else is Progressing. Shepherd's docs/gitops.md has the table.
+-- Each script stands alone (Argo CD loads no shared Lua), so the small helpers repeat.
 local hs = {}
 
 local function condition(ctype)

@@ -4,6 +4,7 @@
 -- usable checkout) is Degraded; deletion is Progressing and says what it waits for (a bound
 -- session, unpushed commits) and which finalizers; anything else is Progressing.
 -- Shepherd's docs/gitops.md has the table.
+-- Each script stands alone (Argo CD loads no shared Lua), so the small helpers repeat.
 local hs = {}
 
 local function condition(ctype)
