@@ -22,6 +22,14 @@ func setCondition(conds *[]metav1.Condition, generation int64, typ string, statu
 	})
 }
 
+// observedBy says whether a reconcile that ended with err judged the spec of its generation:
+// it succeeded, or it stalled on that spec (a missing Secret, a failed checkout: the status says
+// what to fix in this generation). A transient error or a wait judged nothing yet.
+func observedBy(err error) bool {
+	var stalling *StallingError
+	return err == nil || errors.As(err, &stalling)
+}
+
 // setKstatus sets Ready, Reconciling and Stalled from the reconcile's outcome, the kstatus way:
 // Reconciling and Stalled are present only when true. ready says whether the object reached its
 // desired state when err is nil; readyReason/readyMsg explain it.

@@ -74,8 +74,8 @@ func condOf(conds []metav1.Condition, t string) *metav1.Condition {
 func isTrue(c *metav1.Condition) bool { return c != nil && c.Status == metav1.ConditionTrue }
 
 // behind: the status describes an older generation. A status without observedGeneration (a
-// Project or Worktree whose reconcile stalled before its first success) is not behind: kstatus
-// and the Lua read it by its conditions alone.
+// Project or Worktree whose first reconcile failed transiently) is not behind: kstatus and the
+// Lua read it by its conditions alone.
 func behind(observed int64, obj client.Object) bool {
 	return observed > 0 && observed < obj.GetGeneration()
 }

@@ -58,7 +58,7 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 	p.Status.Notifications = s.routes
 	setNotificationsDeliveringCondition(p, s.routes)
 	setKstatus(conds, gen, err, err == nil, agentsv1alpha1.ReasonSucceeded, "credentials valid, repository reachable, shared children in place")
-	if err == nil {
+	if observedBy(err) {
 		p.Status.ObservedGeneration = gen
 	}
 }

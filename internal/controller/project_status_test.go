@@ -72,3 +72,23 @@ func TestNotificationsDeliveringCondition(t *testing.T) {
 	g.Expect(c.Reason).To(Equal(agentsv1alpha1.ReasonNotifierFailing))
 	g.Expect(c.Message).To(ContainSubstring("route ops: HTTP 500"))
 }
+
+// A reconcile that stalled judged its generation (kstatus and Flux then know the failure is about
+// this spec); a transient error judged nothing and keeps the last generation observed.
+func TestObservedGenerationOfAStall(t *testing.T) {
+	g := NewWithT(t)
+	for _, tc := range []struct {
+		err  error
+		want int64
+	}{
+		{nil, 3},
+		{Stalling(agentsv1alpha1.ReasonSecretNotFound, "secret github not found"), 3},
+		{Waiting(forgeRetry, agentsv1alpha1.ReasonForgeUnavailable, "forge unavailable"), 2},
+		{errors.New("etcd timeout"), 2},
+	} {
+		p := &agentsv1alpha1.Project{}
+		p.Generation, p.Status.ObservedGeneration = 3, 2
+		setProjectStatus(p, &projectScope{}, tc.err)
+		g.Expect(p.Status.ObservedGeneration).To(Equal(tc.want), "%v", tc.err)
+	}
+}

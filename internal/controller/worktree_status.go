@@ -83,7 +83,7 @@ func setWorktreeStatus(wt *agentsv1alpha1.Worktree, s *worktreeScope, err error)
 	}
 	ready := phase == agentsv1alpha1.WorktreeReady || phase == agentsv1alpha1.WorktreeRemoved
 	setKstatus(conds, gen, err, ready, worktreePhaseReason(phase), msg)
-	if err == nil {
+	if observedBy(err) {
 		st.ObservedGeneration = gen
 	}
 }
