@@ -322,17 +322,17 @@ func cleanReturnedObj(newObj, obj map[string]any) map[string]any {
 func ConfigMapData() (map[string]string, error) {
 	data := map[string]string{}
 	for _, kind := range Kinds {
-		key := strings.ReplaceAll(Group, "/", "_") + "_" + kind
+		key := Group + "_" + kind
 		h, err := HealthScript(kind)
 		if err != nil {
 			return nil, err
 		}
 		data["resource.customizations.health."+key] = h
 		names, err := ActionNames(kind)
-		if err != nil || len(names) == 0 {
-			if err != nil {
-				return nil, err
-			}
+		if err != nil {
+			return nil, err
+		}
+		if len(names) == 0 {
 			continue
 		}
 		disc, err := read(path.Join(kindDir(kind), "actions", "discovery.lua"))

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -58,7 +59,7 @@ func cmdRelease(ctx context.Context, g globals, args []string) error {
 	}
 	want := map[string]bool{}
 	for _, k := range strings.Split(*only, ",") {
-		if !contains(releaseImages, k) {
+		if !slices.Contains(releaseImages, k) {
 			return usageErr{fmt.Sprintf("--only: unknown image %q", k)}
 		}
 		want[k] = true
@@ -97,15 +98,6 @@ func cmdRelease(ctx context.Context, g globals, args []string) error {
 	}
 	logf("release %s written to %s", *version, dist)
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // imageKey is the release key of a built image's name (shepherd-agent-codex:latest → codex).
