@@ -48,7 +48,7 @@ func TestAlertsAreComplete(t *testing.T) {
 
 var alertRef = regexp.MustCompile(`ALERT\(([A-Za-z]+)\)`)
 
-// tests/alerts.test runs on the Prometheus engine with each ALERT(Name) replaced by the
+// testdata/alerts.promqltest runs on the Prometheus engine with each ALERT(Name) replaced by the
 // alert's expression; every alert has a firing case and a quiet one.
 func TestAlertsOnSyntheticSeries(t *testing.T) {
 	alerts, err := Alerts()
@@ -59,7 +59,7 @@ func TestAlertsOnSyntheticSeries(t *testing.T) {
 	for _, a := range alerts {
 		exprs[a.Alert] = strings.Join(strings.Fields(a.Expr), " ")
 	}
-	raw, err := os.ReadFile("tests/alerts.test")
+	raw, err := os.ReadFile("testdata/alerts.promqltest")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestAlertsOnSyntheticSeries(t *testing.T) {
 		}
 		e, ok := exprs[m[1]]
 		if !ok {
-			t.Fatalf("tests/alerts.test:%d: no alert %s", i+1, m[1])
+			t.Fatalf("testdata/alerts.promqltest:%d: no alert %s", i+1, m[1])
 		}
 		if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "  ") {
 			fires[m[1]] = true
@@ -83,7 +83,7 @@ func TestAlertsOnSyntheticSeries(t *testing.T) {
 	}
 	for name := range exprs {
 		if !fires[name] || !quiet[name] {
-			t.Errorf("%s: tests/alerts.test needs a case where it fires and one where it is quiet", name)
+			t.Errorf("%s: testdata/alerts.promqltest needs a case where it fires and one where it is quiet", name)
 		}
 	}
 	engine := promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery)
