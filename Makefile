@@ -103,7 +103,7 @@ fuzz: ## Run every native fuzz test for FUZZTIME each (default 10s; CI runs 5s).
 FUZZTIME ?= 10s
 
 .PHONY: verify
-verify: codegen fmt vet tidy ## Fail when generate/manifests/fmt/vet/tidy leave a diff.
+verify: codegen chart fmt vet tidy ## Fail when generate/manifests/chart/fmt/vet/tidy leave a diff.
 	@if [ -n "$$(git status --porcelain -- . ':!bin')" ]; then \
 	  echo "verify: the tree is not clean after generate/manifests/fmt/tidy; commit these changes:"; \
 	  git status --porcelain -- . ':!bin'; git --no-pager diff --stat; exit 1; \

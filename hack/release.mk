@@ -8,9 +8,22 @@ VERSION ?=
 
 ##@ Release
 
+# hack/helm.sh builds Helm from the Go module proxy once (cached under ~/.cache/shepherd).
+HELM_SH := hack/helm.sh
+
+# The chart's objects are config/'s, rendered and templated by hack/release/chart.go; `make
+# verify` runs this and fails on a diff, TestChartIsCurrent too (docs/operations.md#helm).
+.PHONY: chart
+chart: generated ## Regenerate charts/shepherd's templates/generated/ and crds/ from config/.
+	go run ./hack/release/chartgen --kubectl="$$($(KUBE_BINARIES) kubectl)/kubectl"
+
+.PHONY: helm
+helm: ## Build (once) and print the cached Helm's directory.
+	@$(HELM_SH)
+
 .PHONY: release
-release: install-deps generated ## Build every image as an OCI archive (dist/images/) and write dist/install.yaml, dist/install-namespaced.yaml with them pinned (REGISTRY, VERSION).
-	$(LOCALCLUSTER) release --kubectl="$$($(KUBE_BINARIES) kubectl)/kubectl" --registry=$(REGISTRY) $(if $(VERSION),--version=$(VERSION))
+release: install-deps generated ## Build every image as an OCI archive (dist/images/), write dist/install.yaml, dist/install-namespaced.yaml and the chart dist/shepherd-<version>.tgz with them pinned (REGISTRY, VERSION).
+	$(LOCALCLUSTER) release --kubectl="$$($(KUBE_BINARIES) kubectl)/kubectl" --helm="$$($(HELM_SH))/helm" --registry=$(REGISTRY) $(if $(VERSION),--version=$(VERSION))
 
 # push sends the images to the registry the release pinned; REGISTRY on the command line pushes
 # to another (a mirror: the manifests still name the release's). INSECURE=1: plain HTTP.

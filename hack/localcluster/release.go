@@ -43,6 +43,7 @@ func cmdRelease(ctx context.Context, g globals, args []string) error {
 	registry := fs.String("registry", "ghcr.io/shepherd-dev", "Registry and path the manifests pull the images from.")
 	out := fs.String("out", "dist", "Output directory (relative to the source tree).")
 	kubectl := fs.String("kubectl", "", "kubectl for kustomize (make release passes the cached one).")
+	helm := fs.String("helm", "", "helm that packages the chart (make release passes hack/helm.sh's); empty: no chart.")
 	only := fs.String("only", strings.Join(releaseImages, ","), "Images to build, a subset of "+strings.Join(releaseImages, ","))
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err.Error()}
@@ -95,6 +96,13 @@ func cmdRelease(ctx context.Context, g globals, args []string) error {
 	}
 	if err := release.Write(ctx, *kubectl, g.repo, dist, img); err != nil {
 		return err
+	}
+	if *helm != "" {
+		tgz, err := release.PackageChart(ctx, *helm, g.repo, dist, *version, img)
+		if err != nil {
+			return err
+		}
+		logf("chart: %s", tgz)
 	}
 	logf("release %s written to %s", *version, dist)
 	return nil

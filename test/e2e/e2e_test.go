@@ -280,6 +280,10 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		haFailover(ctx, c)
 	})
 
+	It("installs with Helm: a session to its merge through the chart's manager, an upgrade, an uninstall that leaves nothing", func() {
+		helmLifecycle(ctx, c)
+	})
+
 	It("tears the cluster down cleanly", func() {
 		By("leaving a volume mounted by a running pod, which down must unmount and delete")
 		ns := restrictedNamespace(ctx, c, "e2e-teardown-")

@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/shepherd-dev/shepherd/test/scenario"
+)
+
+// helmRelease is the release name the e2e installs the chart as.
+const helmRelease = "shepherd"
+
+// helmValues install the chart with the images the suite built and loaded into containerd
+// (shepherd-manager:latest and the others: no registry, the tag latest).
+var helmValues = []string{"--set", "images.registry=", "--set", "images.tag=latest"}
+
+// helmCmd runs the cached Helm (hack/helm.sh) against the cluster.
+func (c *cluster) helm(args ...string) (string, error) {
+	GinkgoHelper()
+	dir, err := run(time.Minute, repoRoot(), nil, filepath.Join(repoRoot(), "hack", "helm.sh"))
+	Expect(err).NotTo(HaveOccurred())
+	return run(10*time.Minute, repoRoot(), []string{"KUBECONFIG=" + c.kubeconfig, "HELM_CACHE_HOME=" + filepath.Join(c.runDir, "helm", "cache"),
+		"HELM_CONFIG_HOME=" + filepath.Join(c.runDir, "helm", "config"), "HELM_DATA_HOME=" + filepath.Join(c.runDir, "helm", "data")},
+		filepath.Join(strings.TrimSpace(dir), "helm"), args...)
+}
+
+// managerRolledOut waits until the manager Deployment runs its current template, Ready.
+func managerRolledOut(ctx context.Context, c *cluster) *appsv1.Deployment {
+	GinkgoHelper()
+	dep := &appsv1.Deployment{}
+	Eventually(func(g Gomega) {
+		g.Expect(c.client.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: managerDeployment}, dep)).To(Succeed())
+		g.Expect(dep.Status.ObservedGeneration).To(Equal(dep.Generation))
+		g.Expect(dep.Status.UpdatedReplicas).To(Equal(*dep.Spec.Replicas))
+		g.Expect(dep.Status.ReadyReplicas).To(Equal(*dep.Spec.Replicas))
+		g.Expect(dep.Status.Replicas).To(Equal(*dep.Spec.Replicas), "the old pods are gone")
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	return dep
+}
+
+// helmLifecycle replaces the kustomize install with the chart, runs a session to its merge
+// through the chart's manager, upgrades the release with other values, and uninstalls it.
+func helmLifecycle(ctx context.Context, c *cluster) {
+	By("removing the kustomize install but its Namespace and CRDs (Helm adopts no object it did not create)")
+	rendered, err := c.kubectl("kustomize", filepath.Join(repoRoot(), "config", "default"))
+	Expect(err).NotTo(HaveOccurred())
+	var keep []string
+	for _, doc := range strings.Split(rendered, "\n---\n") {
+		if !strings.Contains(doc, "\nkind: Namespace\n") && !strings.Contains(doc, "\nkind: CustomResourceDefinition\n") {
+			keep = append(keep, doc)
+		}
+	}
+	_, err = kubectlIn(c, []byte(strings.Join(keep, "\n---\n")), "delete", "--ignore-not-found", "--wait", "-f", "-")
+	Expect(err).NotTo(HaveOccurred())
+
+	chart := filepath.Join(repoRoot(), "charts", "shepherd")
+	By("helm install: the CRDs exist already (Helm skips them), the rest is the chart's")
+	_, err = c.helm(append([]string{"install", helmRelease, chart, "-n", managerNamespace, "--wait", "--timeout", "5m"}, helmValues...)...)
+	Expect(err).NotTo(HaveOccurred())
+	dep := managerRolledOut(ctx, c)
+	Expect(dep.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"))
+	Expect(dep.Spec.Template.Spec.Containers[0].Image).To(Equal("shepherd-manager:latest"))
+
+	By("a whole session on the fake GitHub, through the chart-installed manager, to its merge")
+	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(gh.Close)
+	sess := playScenario(ctx, c, gh, playOptions{pollInterval: time.Minute})
+	checkSessionEnd(ctx, c, sess)
+	Expect(gh.Server.Stats().ByRoute).To(HaveKeyWithValue("PUT /repos/{o}/{r}/pulls/{x}/merge", 1), "one merge call")
+
+	By("helm upgrade to the same chart with other values: the manager rolls to them")
+	_, err = c.helm(append([]string{"upgrade", helmRelease, chart, "-n", managerNamespace, "--wait", "--timeout", "5m",
+		"--set", "manager.maxConcurrentReconciles=8", "--set", "manager.podAnnotations.e2e\\.shepherd\\.dev/upgraded=yes"}, helmValues...)...)
+	Expect(err).NotTo(HaveOccurred())
+	dep = managerRolledOut(ctx, c)
+	Expect(dep.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--max-concurrent-reconciles=8"))
+	Expect(dep.Spec.Template.Annotations).To(HaveKeyWithValue("e2e.shepherd.dev/upgraded", "yes"))
+	status, err := c.helm("status", helmRelease, "-n", managerNamespace)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(status).To(And(ContainSubstring("STATUS: deployed"), ContainSubstring("REVISION: 2")))
+
+	By("helm uninstall: every object of the release is gone")
+	manifest, err := c.helm("get", "manifest", helmRelease, "-n", managerNamespace)
+	Expect(err).NotTo(HaveOccurred())
+	file := filepath.Join(GinkgoT().TempDir(), "release.yaml")
+	Expect(os.WriteFile(file, []byte(manifest), 0o644)).To(Succeed())
+	_, err = c.helm("uninstall", helmRelease, "-n", managerNamespace, "--wait", "--timeout", "5m")
+	Expect(err).NotTo(HaveOccurred())
+	Eventually(func(g Gomega) {
+		left, err := c.kubectl("get", "-f", file, "--ignore-not-found", "-o", "name")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.TrimSpace(left)).To(BeEmpty(), "left after helm uninstall")
+	}).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	left, err := c.kubectl("get", "deployments,services,serviceaccounts,roles,rolebindings,networkpolicies,poddisruptionbudgets,configmaps",
+		"-n", managerNamespace, "-l", "app.kubernetes.io/part-of=shepherd", "-o", "name")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(strings.TrimSpace(left)).To(BeEmpty())
+	left, err = c.kubectl("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/part-of=shepherd", "-o", "name")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(strings.TrimSpace(left)).To(BeEmpty())
+	list, err := c.helm("list", "-A", "-q")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(strings.TrimSpace(list)).To(BeEmpty(), "no release is left")
+}
