@@ -101,12 +101,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
           # No systemd here: cgroupfs, like the kubelet (facts file, points 1 and 6).
           SystemdCgroup = false
           Root = %s
+    # Registry hosts (hosts.toml per registry, containerd's certs.d layout) are read from here
+    # at each pull: a test that serves a plain-HTTP registry on the node writes
+    # <host:port>/hosts.toml here (docs/local-cluster.md, "Registries").
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = %s
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = %s
       max_conf_num = 1
 `, q(l.containerd("root")), q(l.containerd("state")), q(l.containerdSock()), q(l.containerdSock()+".ttrpc"),
-		q(l.containerd("opt")), q(pauseImage), q(l.containerd("runc")), q(l.cniConfDir()))
+		q(l.containerd("opt")), q(pauseImage), q(l.containerd("runc")), q(l.registryHosts()), q(l.cniConfDir()))
 }
 
 // cniConfig is a bridge network for the real node's pods with host-local IPAM whose state lives

@@ -69,8 +69,12 @@ func (l layout) containerd(e ...string) string {
 	return l.path(append([]string{cContainerd}, e...)...)
 }
 func (l layout) containerdSock() string { return l.containerd("containerd.sock") }
-func (l layout) cniConfDir() string     { return l.path("cni", "net.d") }
-func (l layout) cniIPAMDir() string     { return l.path("cni", "ipam") }
+
+// registryHosts is containerd's registry configuration directory (config_path): one
+// <host:port>/hosts.toml per registry.
+func (l layout) registryHosts() string { return l.containerd("certs.d") }
+func (l layout) cniConfDir() string    { return l.path("cni", "net.d") }
+func (l layout) cniIPAMDir() string    { return l.path("cni", "ipam") }
 func (l layout) kubelet(e ...string) string {
 	return l.path(append([]string{cKubelet}, e...)...)
 }

@@ -332,3 +332,39 @@ func TestPackageChartPinsTheRelease(t *testing.T) {
 	_, err = pinValues([]byte("images:\n  registry: x\n"), testImages, "v1")
 	g.Expect(err).To(MatchError(ContainSubstring("no images entry with repository shepherd-manager")))
 }
+
+// Helm refuses to take over an argocd-cm that Argo CD's own install created, rather than
+// overwrite its settings (docs/gitops.md says so); without one, it installs it.
+func TestChartArgoCDConfigMapIsNotTakenOver(t *testing.T) {
+	g := NewWithT(t)
+	c := startCluster(t)
+	for _, ns := range []string{installNamespace, "argocd"} {
+		c.must("create", "namespace", ns)
+	}
+	c.must("apply", "--server-side", "-f", filepath.Join(chartPath(), "crds"))
+	c.must("-n", "argocd", "create", "configmap", "argocd-cm", "--from-literal=url=https://argocd.example.com")
+	home := t.TempDir()
+	env := []string{"KUBECONFIG=" + c.kubeconfig, "HELM_CACHE_HOME=" + home, "HELM_CONFIG_HOME=" + home, "HELM_DATA_HOME=" + home}
+	helmIn := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, helm(t), args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := helmIn("install", "shepherd", chartPath(), "-n", installNamespace, "--set", "argocd.enabled=true")
+	g.Expect(err).To(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring(`ConfigMap "argocd-cm" in namespace "argocd" exists and cannot be imported into the current release`))
+	g.Expect(c.must("-n", "argocd", "get", "configmap", "argocd-cm", "-o", "jsonpath={.data.url}")).To(Equal("https://argocd.example.com"))
+
+	c.must("-n", "argocd", "delete", "configmap", "argocd-cm")
+	out, err = helmIn("install", "shepherd", chartPath(), "-n", installNamespace, "--set", "argocd.enabled=true")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(c.must("-n", "argocd", "get", "configmap", "argocd-cm", "-o", "jsonpath={.metadata.labels.app\\.kubernetes\\.io/part-of}")).To(Equal("argocd"),
+		"Argo CD reads only the argocd-cm labelled part-of: argocd")
+	out, err = helmIn("uninstall", "shepherd", "-n", installNamespace)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	_, err = c.run("-n", "argocd", "get", "configmap", "argocd-cm")
+	g.Expect(err).To(HaveOccurred(), "uninstall removes the ConfigMap it installed")
+}

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shepherd-dev/shepherd/test/scenario"
@@ -18,9 +19,24 @@ import (
 // helmRelease is the release name the e2e installs the chart as.
 const helmRelease = "shepherd"
 
-// helmValues install the chart with the images the suite built and loaded into containerd
-// (shepherd-manager:latest and the others: no registry, the tag latest).
-var helmValues = []string{"--set", "images.registry=", "--set", "images.tag=latest"}
+// registryImages are the images the Helm spec pushes to the local registry: what a session on
+// Claude Code pulls (the manager, the runner copied into the agent pod, the agent's image).
+var registryImages = map[string]string{
+	"images.manager.digest":            "shepherd-manager",
+	"images.runner.digest":             "shepherd-runner",
+	"images.agents.claude-code.digest": "shepherd-agent-claude-code",
+}
+
+// pushForHelm pushes registryImages to reg and returns the chart values that pull them from it
+// by digest, as a release's packaged chart does (`make push`, then `helm install`).
+func pushForHelm(reg *localRegistry) []string {
+	GinkgoHelper()
+	values := []string{"--set", "images.registry=" + reg.host, "--set", "images.tag=latest", "--set", "images.pullPolicy=Always"}
+	for key, repo := range registryImages {
+		values = append(values, "--set", key+"="+reg.push(repo))
+	}
+	return values
+}
 
 // helmCmd runs the cached Helm (hack/helm.sh) against the cluster.
 func (c *cluster) helm(args ...string) (string, error) {
@@ -61,13 +77,25 @@ func helmLifecycle(ctx context.Context, c *cluster) {
 	_, err = kubectlIn(c, []byte(strings.Join(keep, "\n---\n")), "delete", "--ignore-not-found", "--wait", "-f", "-")
 	Expect(err).NotTo(HaveOccurred())
 
+	By("pushing the manager, runner and Claude Code images to a registry on the node IP (plain HTTP)")
+	reg := startRegistry(c, nodeIP(ctx, c))
+	helmValues := pushForHelm(reg)
+
 	chart := filepath.Join(repoRoot(), "charts", "shepherd")
-	By("helm install: the CRDs exist already (Helm skips them), the rest is the chart's")
+	By("helm install: the CRDs exist already (Helm skips them), the rest is the chart's, every image from the registry")
 	_, err = c.helm(append([]string{"install", helmRelease, chart, "-n", managerNamespace, "--wait", "--timeout", "5m"}, helmValues...)...)
 	Expect(err).NotTo(HaveOccurred())
 	dep := managerRolledOut(ctx, c)
 	Expect(dep.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"))
-	Expect(dep.Spec.Template.Spec.Containers[0].Image).To(Equal("shepherd-manager:latest"))
+	Expect(dep.Spec.Template.Spec.Containers[0].Image).To(HavePrefix(reg.host + "/shepherd-manager:latest@sha256:"))
+	Eventually(func(g Gomega) {
+		var pods corev1.PodList
+		g.Expect(c.client.List(ctx, &pods, client.InNamespace(managerNamespace), client.MatchingLabels(dep.Spec.Selector.MatchLabels))).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(1), "the kustomize install's pod is gone")
+		g.Expect(pods.Items[0].Status.ContainerStatuses).To(HaveLen(1))
+		g.Expect(pods.Items[0].Status.ContainerStatuses[0].ImageID).To(HavePrefix(reg.host+"/shepherd-manager@sha256:"), "containerd pulled the manager from the registry")
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	Expect(reg.pulls("shepherd-manager")).To(BeNumerically(">=", 1))
 
 	By("a whole session on the fake GitHub, through the chart-installed manager, to its merge")
 	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
@@ -76,6 +104,8 @@ func helmLifecycle(ctx context.Context, c *cluster) {
 	sess := playScenario(ctx, c, gh, playOptions{pollInterval: time.Minute})
 	checkSessionEnd(ctx, c, sess)
 	Expect(gh.Server.Stats().ByRoute).To(HaveKeyWithValue("PUT /repos/{o}/{r}/pulls/{x}/merge", 1), "one merge call")
+	Expect(reg.pulls("shepherd-runner")).To(BeNumerically(">=", 1), "the agent pod's runner came from the registry")
+	Expect(reg.pulls("shepherd-agent-claude-code")).To(BeNumerically(">=", 1), "the agent's image came from the registry")
 
 	By("helm upgrade to the same chart with other values: the manager rolls to them")
 	_, err = c.helm(append([]string{"upgrade", helmRelease, chart, "-n", managerNamespace, "--wait", "--timeout", "5m",
