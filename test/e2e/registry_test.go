@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -41,7 +42,8 @@ func startRegistry(c *cluster, ip string) *localRegistry {
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	Expect(err).NotTo(HaveOccurred())
 	r := &localRegistry{host: ln.Addr().String(), pulled: map[string]int{}}
-	h := registry.New(registry.Logger(nil))
+	// Its log (each request, each error) goes with the spec's output.
+	h := registry.New(registry.Logger(log.New(GinkgoWriter, "registry: ", 0)))
 	r.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if repo, _, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, "/v2/"), "/manifests/"); ok && req.Method == http.MethodGet {
 			r.mu.Lock()
