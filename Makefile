@@ -127,9 +127,10 @@ test-integration: gitea agent-clis ## Run the integration tests: a real Gitea, t
 ##@ Build
 
 .PHONY: build
-build: generated ## Build the manager and runner binaries into ./bin.
+build: generated ## Build the manager, runner and kubectl-shepherd binaries into ./bin.
 	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/runner ./cmd/runner
+	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/kubectl-shepherd ./cmd/kubectl-shepherd
 
 .PHONY: run
 run: generated ## Run the manager on this machine against the current kubeconfig.

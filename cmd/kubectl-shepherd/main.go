@@ -1,0 +1,20 @@
+// Command kubectl-shepherd is the kubectl plugin for Shepherd (`kubectl shepherd ...` once it is
+// on the PATH, or installed with krew): docs/kubectl-plugin.md.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
+)
+
+func main() {
+	cmd := kubectlplugin.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
