@@ -44,6 +44,8 @@ func cmdRelease(ctx context.Context, g globals, args []string) error {
 	out := fs.String("out", "dist", "Output directory (relative to the source tree).")
 	kubectl := fs.String("kubectl", "", "kubectl for kustomize (make release passes the cached one).")
 	helm := fs.String("helm", "", "helm that packages the chart (make release passes hack/helm.sh's); empty: no chart.")
+	pluginURL := fs.String("plugin-url", "", "Where the kubectl plugin's archives are published, for the krew manifest (default https://github.com/shepherd-dev/shepherd/releases/download/<version>).")
+	plugin := fs.Bool("plugin", true, "Build kubectl-shepherd for every krew platform and write the krew manifest.")
 	only := fs.String("only", strings.Join(releaseImages, ","), "Images to build, a subset of "+strings.Join(releaseImages, ","))
 	if err := fs.Parse(args); err != nil {
 		return usageErr{err.Error()}
@@ -103,6 +105,27 @@ func cmdRelease(ctx context.Context, g globals, args []string) error {
 			return err
 		}
 		logf("chart: %s", tgz)
+	}
+	if *plugin {
+		archives, err := release.BuildPlugin(ctx, g.repo, filepath.Join(dist, "plugin"), *version, release.PluginPlatforms)
+		if err != nil {
+			return err
+		}
+		base := *pluginURL
+		if base == "" {
+			base = "https://github.com/shepherd-dev/shepherd/releases/download/" + *version
+		}
+		m, err := release.KrewManifest(*version, base, archives)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dist, "krew"), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dist, "krew", "shepherd.yaml"), m, 0o644); err != nil {
+			return err
+		}
+		logf("kubectl plugin: %d archives in %s, krew manifest dist/krew/shepherd.yaml", len(archives), filepath.Join(dist, "plugin"))
 	}
 	logf("release %s written to %s", *version, dist)
 	return nil

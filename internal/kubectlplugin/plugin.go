@@ -20,6 +20,9 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 )
 
+// Version is the plugin's release, set by the release build (-ldflags -X).
+var Version = "dev"
+
 // FieldManager owns what the plugin writes.
 const FieldManager = "kubectl-shepherd"
 
@@ -110,7 +113,11 @@ Writes are server-side applies by the field manager "` + FieldManager + `".`,
 	flags.StringVar(&o.Loading.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file.")
 	clientcmd.BindOverrideFlags(o.Overrides, flags, clientcmd.RecommendedConfigOverrideFlags(""))
 	root.AddCommand(newGet(o), newDescribe(o), newSend(o), newAnswer(o), newApprove(o),
-		newSetState(o, "stop", agentsv1alpha1.SessionStopped), newSetState(o, "restore", agentsv1alpha1.SessionRunning), newSpawn(o))
+		newSetState(o, "stop", agentsv1alpha1.SessionStopped), newSetState(o, "restore", agentsv1alpha1.SessionRunning), newSpawn(o),
+		&cobra.Command{Use: "version", Short: "Print the plugin's version", Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(o.Streams.Out, Version)
+			return err
+		}})
 	return root
 }
 
