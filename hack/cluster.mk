@@ -38,6 +38,13 @@ cluster-status: ## Show each component of the local cluster and the node.
 images-local: install-deps ## Build the images without Docker (IMAGES=all adds the Codex and OpenCode agents); load them when the cluster runs.
 	$(LOCALCLUSTER) images --load-if-running $(if $(IMAGES),--only=$(IMAGES))
 
+# dashboard-screenshot: the demo with its metrics recorded, drawn into docs/images/dashboard.png
+# (config/monitoring/grafana-dashboard.json's queries on them; hack/dashboard).
+.PHONY: dashboard-screenshot
+dashboard-screenshot: ## run-local's demo, recording the manager's metrics, drawn as the Grafana dashboard into docs/images/dashboard.png.
+	mkdir -p docs/images
+	$(MAKE) --no-print-directory run-local DEMO_FLAGS="--dashboard=$(CURDIR)/docs/images/dashboard.png --chromium=$$(hack/chromium.sh)"
+
 .PHONY: run-local
 run-local: install-deps generated ## Cluster up, images loaded, the manager deployed, then a whole session offline (DEMO=github|gitea|none).
 	LOCALCLUSTER="$(LOCALCLUSTER)" KWOK_NODES=$(KWOK_NODES) DEMO="$(DEMO)" DEMO_FLAGS="$(DEMO_FLAGS)" hack/run-local.sh

@@ -54,6 +54,8 @@ type options struct {
 	keepServing bool
 	timeout     time.Duration
 	step        time.Duration
+	dashboard   string
+	chromium    string
 }
 
 func main() {
@@ -71,6 +73,8 @@ func mainExit() int {
 	flag.BoolVar(&o.keepServing, "keep-serving", false, "after the merge, keep the forge and the model server up until Ctrl-C")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "the whole demo's bound")
 	flag.DurationVar(&o.step, "step-timeout", scenario.DefaultStepTimeout, "each step's bound (a phase, a push)")
+	flag.StringVar(&o.dashboard, "dashboard", "", "record the manager's metrics during the session and draw the Grafana dashboard into this PNG (make dashboard-screenshot)")
+	flag.StringVar(&o.chromium, "chromium", "/usr/bin/chromium", "the headless Chromium that screenshots the dashboard (hack/chromium.sh installs Debian's)")
 	flag.Parse()
 	if o.forge != "github" && o.forge != "gitea" {
 		fmt.Fprintf(os.Stderr, "demo: --forge must be github or gitea, not %q\n", o.forge)
@@ -189,6 +193,14 @@ func run(ctx context.Context, o options) error {
 	defer stopLogs()
 	go logs.run(lctx)
 
+	var shot *dashboardShot
+	if o.dashboard != "" {
+		if shot, err = startDashboard(ctx, cs, o.dashboard, o.chromium, filepath.Join(o.dir, "dashboard")); err != nil {
+			return err
+		}
+		out.line("recording the manager's metrics every %s for the dashboard", scrapeEvery)
+	}
+
 	out.section("AgentSession %s for issue #%d: the phases as they pass (+time since it was created)", m.Session.Name, forge.Issue())
 	play := &scenario.Play{
 		Client: cl, Forge: forge, Session: client.ObjectKeyFromObject(m.Session), StepTimeout: o.step,
@@ -209,6 +221,13 @@ func run(ctx context.Context, o options) error {
 	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return slices.Contains(notices.Types(), string(agentsv1alpha1.EventPRMerged)), nil
 	})
+	if shot != nil {
+		what, err := shot.finish(ctx, filepath.Join(o.dir, "dashboard"))
+		if err != nil {
+			return err
+		}
+		out.line("dashboard: %s", what)
+	}
 	summary(out, res, model, notices, logs)
 	nextSteps(out, o, res, forge, logs)
 	if o.keepServing {
