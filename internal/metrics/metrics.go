@@ -100,6 +100,24 @@ var Phases = []agentsv1alpha1.SessionPhase{
 	agentsv1alpha1.PhaseStuck, agentsv1alpha1.PhaseErrored, agentsv1alpha1.PhaseStopped, agentsv1alpha1.PhaseDone,
 }
 
+// TransitionPairs is how many (from, to) series the transitions counter starts with.
+// (None or a phase, to another phase): 16 × 15 less the 15 a phase to itself.
+var TransitionPairs = len(Phases) * len(Phases)
+
+// initTransitions creates every (from, to) series at 0. A counter series that first appears
+// at 1 hides that increment from rate() and increase() (Prometheus has no sample before it), so
+// the first merge, CI failure or escalation of a manager's life would not show on the dashboard
+// or fire an alert. TransitionPairs fixed series, bounded whatever the sessions do.
+func (m *Metrics) initTransitions() {
+	for _, from := range append([]agentsv1alpha1.SessionPhase{""}, Phases...) {
+		for _, to := range Phases {
+			if from != to {
+				m.PhaseTransitions.WithLabelValues(orNone(string(from)), string(to))
+			}
+		}
+	}
+}
+
 // New creates the metrics and registers them on reg (nil registers nothing, for tests).
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
@@ -153,6 +171,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			m.Notifications.WithLabelValues(t, o)
 		}
 	}
+	m.initTransitions()
 	if reg == nil {
 		return m, nil
 	}

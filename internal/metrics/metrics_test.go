@@ -132,10 +132,14 @@ func TestObserveSessionWrite(t *testing.T) {
 			tc.after.Agent = agent
 			m.ObserveSessionWrite(SessionWrite{Created: t0, Before: &tc.before, After: &tc.after, Checkout: tc.checkout, Now: t0.Add(10 * time.Minute),
 				ConfiguredModel: "claude-sonnet-4-5"})
-			g.Expect(testutil.CollectAndCount(m.PhaseTransitions)).To(Equal(len(tc.transitions)))
+			// Every (from, to) series exists from the start, at 0 unless it happened.
+			g.Expect(testutil.CollectAndCount(m.PhaseTransitions)).To(Equal(TransitionPairs))
+			var total float64
 			for k, v := range tc.transitions {
 				g.Expect(testutil.ToFloat64(m.PhaseTransitions.WithLabelValues(k[0], k[1]))).To(Equal(v))
+				total += v
 			}
+			g.Expect(sumCounter(t, m.PhaseTransitions)).To(Equal(total), "nothing else counted")
 			for _, c := range []Checkout{CheckoutCold, CheckoutWarm, CheckoutUnknown} {
 				g.Expect(histogramCount(t, m.TimeToRunning.WithLabelValues(string(c)))).To(Equal(tc.running[c]), "time to running, %s", c)
 			}
@@ -250,4 +254,38 @@ func TestAttackRandomModelNamesKeepTheSeriesBounded(t *testing.T) {
 	g.Expect(modelLabel("claude-sonnet-4-5", "claude-sonnet-4-5-20250929")).To(Equal("claude-sonnet-4-5"))
 	g.Expect(modelLabel("claude-sonnet-4-5", "claude-sonnet-4-5")).To(Equal("claude-sonnet-4-5"))
 	g.Expect(modelLabel("gpt-5", "claude")).To(Equal(ModelOther))
+}
+
+// sumCounter adds up every series of a counter vector.
+func sumCounter(t *testing.T, c *prometheus.CounterVec) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, TransitionPairs+1)
+	c.Collect(ch)
+	close(ch)
+	var sum float64
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		sum += d.GetCounter().GetValue()
+	}
+	return sum
+}
+
+// The transitions counter starts with every series at 0, so that rate() and increase() see the
+// first transition of each kind (a series born at 1 has no earlier sample to rise from).
+func TestTransitionsStartAtZero(t *testing.T) {
+	m, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.PhaseTransitions); n != TransitionPairs || n != 225 {
+		t.Fatalf("%d transition series, want %d", n, TransitionPairs)
+	}
+	for _, k := range [][2]string{{"PROpen", "CIFailed"}, {"Mergeable", "Merged"}, {"None", "Queued"}, {"Working", "NeedsInput"}} {
+		if v := testutil.ToFloat64(m.PhaseTransitions.WithLabelValues(k[0], k[1])); v != 0 {
+			t.Errorf("%v starts at %v", k, v)
+		}
+	}
 }
