@@ -111,7 +111,9 @@ var (
 	reCommit  = regexp.MustCompile(`^Commit ([0-9a-f]{7,40}) (.*)$`)
 	reApplied = regexp.MustCompile(`^Applied edit to (.+)$`)
 	reRetry   = regexp.MustCompile(`^Retrying in [0-9.]+ seconds`)
-	reError   = regexp.MustCompile(`^(litellm\.\w+|Error|\w+Error)\b.*`)
+	// reBlankLine separates the reply's paragraphs.
+	reBlankLine = regexp.MustCompile(`\n[ \t]*\n`)
+	reError     = regexp.MustCompile(`^(litellm\.\w+|Error|\w+Error)\b.*`)
 	// Lines aider prints about itself rather than the model's reply.
 	reMeta = regexp.MustCompile(`^(Aider v|Git repo:|Repo-map:|Weak model:|Editor model:|Added .* to the chat|Use /help|Warning:|Detected dumb terminal|Analytics have been|Cost estimates may be|Only \d+ reflections|Can't initialize prompt toolkit|https://aider\.chat/)`)
 )
@@ -177,7 +179,34 @@ func (p *parser) Finish() []agent.Event {
 	if q := agent.QuestionFromText(reply); q != "" {
 		events = append(events, agent.Event{Kind: agent.KindQuestion, Text: q})
 	}
-	return append(events, agent.Event{Kind: agent.KindTurnResult, Text: clip.To(reply, 4096)})
+	return append(events, agent.Event{Kind: agent.KindTurnResult, Text: clip.To(lastParagraph(reply), 4096)})
+}
+
+// lastParagraph is the reply's last paragraph of prose: aider's reply narrates, shows each edit
+// as a file name over a fenced SEARCH/REPLACE block, and usually ends with what it did, which is
+// the pull request's summary. The edit blocks are left out (a diff is no summary).
+func lastParagraph(reply string) string {
+	var prose []string
+	lines := strings.Split(reply, "\n")
+	for i := 0; i < len(lines); i++ {
+		if strings.HasPrefix(strings.TrimSpace(lines[i]), "```") {
+			// A fence: skip to its end, and drop the file name line aider prints above it.
+			if n := len(prose); n > 0 && strings.TrimSpace(prose[n-1]) != "" && !strings.Contains(prose[n-1], " ") {
+				prose = prose[:n-1]
+			}
+			for i++; i < len(lines) && !strings.HasPrefix(strings.TrimSpace(lines[i]), "```"); i++ {
+			}
+			continue
+		}
+		prose = append(prose, lines[i])
+	}
+	paras := reBlankLine.Split(strings.TrimSpace(strings.Join(prose, "\n")), -1)
+	for i := len(paras) - 1; i >= 0; i-- {
+		if p := strings.TrimSpace(paras[i]); p != "" {
+			return p
+		}
+	}
+	return ""
 }
 
 // tokens reads aider's token counts: "42", "1,234", "3.0k".

@@ -77,3 +77,20 @@ func TestParseMalformed(t *testing.T) {
 	g.Expect(errs[0].Malformed).To(BeTrue())
 	g.Expect(kinds(events, agent.KindTurnResult)).To(BeEmpty())
 }
+
+// The summary is the reply's last paragraph of prose, as Finish's comment says: not the whole
+// reply, and not the edit block that follows the last words.
+func TestSummaryIsTheLastParagraph(t *testing.T) {
+	for _, tc := range []struct{ reply, want string }{
+		{"I'll add a greeting file.\n\nhello.txt\n```\n<<<<<<< SEARCH\n=======\nhi\n>>>>>>> REPLACE\n```", "I'll add a greeting file."},
+		{"Looking at the parser.\n\nparse.go\n```go\n<<<<<<< SEARCH\nold\n=======\nnew\n>>>>>>> REPLACE\n```\n\nFixed the off-by-one in parse.go and added a test\nfor the empty input.",
+			"Fixed the off-by-one in parse.go and added a test\nfor the empty input."},
+		{"One paragraph only.", "One paragraph only."},
+		{"First.\n   \nSecond, after a blank line with spaces.", "Second, after a blank line with spaces."},
+		{"", ""},
+	} {
+		if got := lastParagraph(tc.reply); got != tc.want {
+			t.Errorf("lastParagraph(%q) = %q, want %q", tc.reply, got, tc.want)
+		}
+	}
+}

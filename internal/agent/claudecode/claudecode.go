@@ -156,7 +156,9 @@ func (p *parser) Line(raw []byte) []agent.Event {
 	}
 	p.lines++
 	var l line
-	if err := json.Unmarshal(raw, &l); err != nil {
+	// Field by field: a field that changed type in a new CLI release is left out, and the
+	// line's outcome and cost are still read (agent.DecodeLenient).
+	if _, err := agent.DecodeLenient(raw, &l); err != nil {
 		return []agent.Event{agent.MalformedLine("claude-code", raw, err)}
 	}
 	switch l.Type {
@@ -181,7 +183,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 			return nil
 		}
 		var msg message
-		if err := json.Unmarshal(l.Message, &msg); err != nil {
+		if _, err := agent.DecodeLenient(l.Message, &msg); err != nil {
 			return []agent.Event{agent.MalformedLine("claude-code", raw, err)}
 		}
 		events := []agent.Event{{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}}

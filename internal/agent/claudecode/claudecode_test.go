@@ -161,3 +161,18 @@ func TestParseMalformedAndTruncated(t *testing.T) {
 	g.Expect(errs[2].Text).To(ContainSubstring("without a result event"))
 	g.Expect(kinds(events, agent.KindTurnResult)).To(BeEmpty())
 }
+
+// A result line whose unneeded fields changed type (a new CLI release) still ends the turn with
+// its outcome and cost; before, the whole line was unreadable and the turn had no result.
+func TestResultSurvivesChangedUnneededFields(t *testing.T) {
+	g := NewWithT(t)
+	p := Adapter{}.NewParser()
+	events := p.Line([]byte(`{"type":"result","subtype":"success","is_error":false,"result":"Added the greeting.","total_cost_usd":0.25,` +
+		`"duration_ms":"1234","errors":{"unexpected":true},"permission_denials":{"count":0},"num_turns":"3",` +
+		`"usage":{"input_tokens":100,"output_tokens":"20","cache_read_input_tokens":50}}`))
+	g.Expect(kinds(events, agent.KindError)).To(BeEmpty(), "nothing reported unreadable")
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult, Text: "Added the greeting."}))
+	g.Expect(kinds(events, agent.KindUsage)).To(ConsistOf(agent.Event{Kind: agent.KindUsage,
+		Usage: &agent.Usage{CostUSD: 0.25, InputTokens: 100, CacheReadTokens: 50}}), "cost and the tokens still readable")
+	g.Expect(kinds(p.Line([]byte(`{"type":"result","subtype":`)), agent.KindError)).To(HaveLen(1), "a truncated line is still unreadable")
+}

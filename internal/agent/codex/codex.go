@@ -15,7 +15,6 @@
 package codex
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -175,7 +174,9 @@ func (p *parser) Line(raw []byte) []agent.Event {
 	}
 	p.lines++
 	var l line
-	if err := json.Unmarshal(raw, &l); err != nil {
+	// Field by field: a field that changed type in a new CLI release is left out, and the
+	// line's outcome and cost are still read (agent.DecodeLenient).
+	if _, err := agent.DecodeLenient(raw, &l); err != nil {
 		return []agent.Event{agent.MalformedLine("codex", raw, err)}
 	}
 	active := agent.Event{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}

@@ -140,3 +140,15 @@ func TestParseMalformedAndTruncated(t *testing.T) {
 	}
 	g.Expect(errs[2].Text).To(ContainSubstring("without turn.completed"))
 }
+
+// turn.completed whose unneeded fields changed type still yields the outcome and the usage.
+func TestTurnCompletedSurvivesChangedUnneededFields(t *testing.T) {
+	g := NewWithT(t)
+	p := Adapter{}.NewParser()
+	p.Line([]byte(`{"type":"thread.started","thread_id":"t-1"}`))
+	p.Line([]byte(`{"type":"item.completed","item":{"id":"i1","type":"agent_message","text":"Done: tests pass.","changes":"none"}}`))
+	events := p.Line([]byte(`{"type":"turn.completed","usage":{"input_tokens":120,"cached_input_tokens":20,"output_tokens":30,"reasoning_tokens":"n/a"},"duration":{"ms":5}}`))
+	g.Expect(kinds(events, agent.KindTurnResult)).To(ConsistOf(agent.Event{Kind: agent.KindTurnResult, Text: "Done: tests pass."}))
+	g.Expect(kinds(events, agent.KindUsage)).To(HaveLen(1))
+	g.Expect(kinds(events, agent.KindUsage)[0].Usage).To(Equal(&agent.Usage{InputTokens: 100, CacheReadTokens: 20, OutputTokens: 30}))
+}

@@ -180,12 +180,40 @@ type line struct {
 			Error  string          `json:"error"`
 		} `json:"state"`
 	} `json:"part"`
-	Error *struct {
-		Name string `json:"name"`
-		Data struct {
+	// Error is decoded by errorText: an object with a name and data.message as OpenCode
+	// prints it today, but also without a name, with a message of its own, or a bare string.
+	Error json.RawMessage `json:"error"`
+}
+
+// errorText is an error event's text: data.message, else message, else name, else the error
+// itself as printed; never empty.
+func errorText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil && strings.TrimSpace(s) != "" {
+		return s
+	}
+	var e struct {
+		Name    string          `json:"name"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	}
+	if _, err := agent.DecodeLenient(raw, &e); err == nil {
+		var data struct {
 			Message string `json:"message"`
-		} `json:"data"`
-	} `json:"error"`
+		}
+		_, _ = agent.DecodeLenient(e.Data, &data)
+		var dataText string
+		_ = json.Unmarshal(e.Data, &dataText)
+		for _, t := range []string{data.Message, dataText, e.Message, e.Name} {
+			if strings.TrimSpace(t) != "" {
+				return t
+			}
+		}
+	}
+	if t := strings.TrimSpace(string(raw)); t != "" && t != "null" && t != "{}" {
+		return "session error: " + clip.To(t, 512)
+	}
+	return "session error"
 }
 
 func (p *parser) Line(raw []byte) []agent.Event {
@@ -194,7 +222,9 @@ func (p *parser) Line(raw []byte) []agent.Event {
 	}
 	p.lines++
 	var l line
-	if err := json.Unmarshal(raw, &l); err != nil {
+	// Field by field: a field that changed type in a new CLI release is left out, and the
+	// line's outcome and cost are still read (agent.DecodeLenient).
+	if _, err := agent.DecodeLenient(raw, &l); err != nil {
 		return []agent.Event{agent.MalformedLine("opencode", raw, err)}
 	}
 	var events []agent.Event
@@ -236,13 +266,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 			events = append(events, agent.Event{Kind: agent.KindUsage, Usage: &u})
 		}
 	case "error":
-		msg := "session error"
-		if l.Error != nil {
-			msg = l.Error.Name
-			if l.Error.Data.Message != "" {
-				msg = l.Error.Data.Message
-			}
-		}
+		msg := errorText(l.Error)
 		p.errors = append(p.errors, msg)
 		events = append(events, agent.Event{Kind: agent.KindError, Text: msg})
 	}

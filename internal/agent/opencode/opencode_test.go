@@ -135,3 +135,37 @@ func TestParseMalformedAndTruncated(t *testing.T) {
 	g.Expect(fin).To(HaveLen(1))
 	g.Expect(fin[0].Malformed).To(BeTrue())
 }
+
+// An error event keeps its text whatever its shape: without a name, with a message of its own,
+// as a bare string; never an empty error.
+func TestErrorEventKeepsItsText(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"type":"error","error":{"name":"APIError","data":{"message":"rate limited"}}}`: "rate limited",
+		`{"type":"error","error":{"data":{"message":"model not found"}}}`:                "model not found",
+		`{"type":"error","error":{"message":"socket hang up"}}`:                          "socket hang up",
+		`{"type":"error","error":{"name":"ProviderAuthError"}}`:                          "ProviderAuthError",
+		`{"type":"error","error":"connection refused"}`:                                  "connection refused",
+		`{"type":"error","error":{"data":"quota exceeded"}}`:                             "quota exceeded",
+		`{"type":"error","error":{"code":429}}`:                                          `session error: {"code":429}`,
+		`{"type":"error"}`:                                                               "session error",
+	} {
+		p := Adapter{}.NewParser()
+		events := kinds(p.Line([]byte(raw)), agent.KindError)
+		if len(events) != 1 || events[0].Text != want || events[0].Malformed {
+			t.Errorf("%s: %+v, want the text %q", raw, events, want)
+		}
+		if res := kinds(p.Finish(), agent.KindTurnResult); len(res) != 1 || !res[0].IsError || res[0].Text != want {
+			t.Errorf("%s: the turn result %+v, want an error with %q", raw, res, want)
+		}
+	}
+}
+
+// step_finish whose unneeded fields changed type still yields the cost.
+func TestStepFinishSurvivesChangedUnneededFields(t *testing.T) {
+	g := NewWithT(t)
+	p := Adapter{}.NewParser()
+	p.Line([]byte(`{"type":"step_start","sessionID":"s1","part":{"type":"step-start"}}`))
+	events := p.Line([]byte(`{"type":"step_finish","sessionID":"s1","part":{"type":"step-finish","reason":{"kind":"stop"},"cost":0.02,"tokens":{"input":10,"output":5,"reasoning":0,"cache":{"read":1,"write":"0"}}}}`))
+	g.Expect(kinds(events, agent.KindUsage)).To(HaveLen(1))
+	g.Expect(kinds(events, agent.KindUsage)[0].Usage).To(Equal(&agent.Usage{CostUSD: 0.02, InputTokens: 10, OutputTokens: 5, CacheReadTokens: 1}))
+}
