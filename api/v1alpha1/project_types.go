@@ -602,6 +602,17 @@ type ActivitySpec struct {
 	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('1h')`,message="gracePeriod must be between 10s and 1h"
 	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
 
+	// SpawnDeadline: how long an agent pod may take from its creation to its runner's first
+	// report (scheduling, pulling images, preparing the checkout). Past it the session is
+	// Stalled (reason SpawnDeadlineExceeded) with what holds the pod up, for example the
+	// scheduler's message for an unschedulable pod; the pod is kept, and the session goes on
+	// if it starts later. Default 10m; 10s..24h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('10s') && duration(self) <= duration('24h')`,message="spawnDeadline must be between 10s and 24h"
+	SpawnDeadline *metav1.Duration `json:"spawnDeadline,omitempty"`
+
 	// GraceObservations: the number of consecutive observations a missing signal must persist,
 	// in addition to gracePeriod, before it counts. Default 3; 1..100.
 	// +optional

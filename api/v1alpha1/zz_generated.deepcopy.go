@@ -34,6 +34,11 @@ func (in *ActivitySpec) DeepCopyInto(out *ActivitySpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.SpawnDeadline != nil {
+		in, out := &in.SpawnDeadline, &out.SpawnDeadline
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.GraceObservations != nil {
 		in, out := &in.GraceObservations, &out.GraceObservations
 		*out = new(int32)

@@ -32,6 +32,15 @@ func podEvidence(pod *corev1.Pod, nodeLost bool) lifecycle.PodEvidence {
 	if ev.Phase == "" {
 		ev.Phase = lifecycle.PodPending
 	}
+	ev.Created = pod.CreationTimestamp.Time
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			ev.Unschedulable = c.Message
+			if ev.Unschedulable == "" {
+				ev.Unschedulable = c.Reason
+			}
+		}
+	}
 	// A failing init container (prepare, the runner sidecar) is the agent's failure to start. The
 	// runner is a native sidecar: the kubelet restarts it when it ends, and ends it after the
 	// agent, so only its waiting (an image it cannot pull, a crash loop) says anything.

@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -108,6 +109,25 @@ func imageCannotBePulled() step {
 	return step{"the kubelet cannot pull the agent image", func(a *agent) {
 		setPodStatus(a.pod(), agentWaiting("ErrImagePull", "pull access denied for no-such-image"))
 	}}
+}
+
+// unschedulable leaves the agent pod pending with the scheduler's verdict, as kube-scheduler
+// writes it.
+func unschedulable(msg string) step {
+	return step{"the scheduler cannot place the agent pod", func(a *agent) {
+		setPodStatus(a.pod(), func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: metav1.Now()}}
+		})
+	}}
+}
+
+// spawnDeadline10s is the shortest spawn deadline the CRD accepts.
+func spawnDeadline10s(b *ProjectBuilder) *ProjectBuilder {
+	return b.With(func(s *agentsv1alpha1.ProjectSpec) {
+		s.Activity = &agentsv1alpha1.ActivitySpec{SpawnDeadline: &metav1.Duration{Duration: 10 * time.Second}}
+	})
 }
 
 func worktreeStaysReady() step {
@@ -230,6 +250,17 @@ var _ = Describe("The session state machine", func() {
 				HaveField("Activity.ExitCode", HaveValue(Equal(int32(2)))),
 				HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, agentsv1alpha1.ReasonAgentExited)))),
 			podRemoved(),
+		),
+		Entry("an unschedulable pod says why, then is Stalled at the spawn deadline with the scheduler's message", spawnDeadline10s,
+			unschedulable("0/3 nodes are available: 3 Insufficient memory."),
+			expectStatus("the scheduler's words, before the deadline", HaveField("Conditions",
+				HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionFalse, agentsv1alpha1.ReasonPodUnschedulable))),
+			expectStatus("Stalled at the deadline, with the message", And(HaveField("Phase", agentsv1alpha1.PhaseSpawning),
+				HaveField("Conditions", ContainElement(And(HaveField("Type", agentsv1alpha1.ConditionStalled), HaveField("Status", metav1.ConditionTrue),
+					HaveField("Reason", agentsv1alpha1.ReasonSpawnDeadlineExceeded), HaveField("Message", ContainSubstring("3 Insufficient memory"))))))),
+			agentRuns(),
+			expectPhase(agentsv1alpha1.PhaseWorking),
+			expectStatus("once the pod starts, nothing is stalled", HaveField("Conditions", Not(HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue)))),
 		),
 		Entry("an image that cannot be pulled is Errored after the grace", shortActivity,
 			imageCannotBePulled(),

@@ -171,6 +171,15 @@ func TestPodEvidence(t *testing.T) {
 			p.Status.Phase = corev1.PodFailed
 			p.Status.Reason = "Evicted"
 		}), true, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodFailed, Reason: "Evicted", Deleting: true, NodeLost: true}},
+		{"unschedulable: the scheduler's message, and the creation time the spawn deadline counts from", agentPodWith(func(p *corev1.Pod) {
+			p.CreationTimestamp = metav1.Time{Time: t0}
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+				Message: "0/3 nodes are available: 3 Insufficient memory."}}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending, Created: t0, Unschedulable: "0/3 nodes are available: 3 Insufficient memory."}},
+		{"scheduled: no longer unschedulable", agentPodWith(func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending}},
 		{"other containers are not the agent", agentPodWith(func(p *corev1.Pod) {
 			p.Status.Phase = corev1.PodRunning
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("sidecar")}

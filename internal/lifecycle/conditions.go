@@ -91,7 +91,7 @@ func (e *eval) stalled(d Decision) (bool, string, string) {
 	switch {
 	case e.phase == agentsv1alpha1.PhaseErrored, e.phase == agentsv1alpha1.PhaseNeedsInput, e.phase == agentsv1alpha1.PhaseStuck:
 		return true, e.reason, e.message
-	case e.phase == agentsv1alpha1.PhaseSpawning && e.reason == agentsv1alpha1.ReasonWorktreeNotFound:
+	case e.phase == agentsv1alpha1.PhaseSpawning && (e.reason == agentsv1alpha1.ReasonWorktreeNotFound || e.reason == agentsv1alpha1.ReasonSpawnDeadlineExceeded):
 		return true, e.reason, e.message
 	case e.phase.IsTerminal():
 		return false, "", ""

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/shepherd-dev/shepherd/internal/clip"
@@ -332,6 +333,10 @@ func (e *eval) spawningPhase() {
 	switch {
 	case ws.NotFound:
 		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonWorktreeNotFound, "The Worktree named by spec.worktreeRef does not exist")
+	case pod.Exists && !e.agent.podLost && pod.Unschedulable != "":
+		// Before the workspace: a session's own checkout is prepared in this pod, so the pod's
+		// placement is what holds the workspace up.
+		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonPodUnschedulable, "The agent pod cannot be scheduled: "+clip.Marked(pod.Unschedulable, 500, truncated))
 	case ws.Phase != agentsv1alpha1.WorktreeReady:
 		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonWorkspacePending, withDetail("Waiting for the workspace", ws.Message))
 	case !pod.Exists || e.agent.podLost:
@@ -341,6 +346,26 @@ func (e *eval) spawningPhase() {
 	default:
 		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonSpawning, "Waiting for the runner's first report")
 	}
+	e.spawnDeadline()
+}
+
+// spawnDeadline turns a pod that has not started within activity.spawnDeadline of its creation
+// into a stalled session, keeping what holds it up in the message; until then the decision is
+// due again at the deadline. The pod is left alone: it may still start (a node joins, a
+// registry recovers), and the session then goes on.
+func (e *eval) spawnDeadline() {
+	pod := e.in.Pod
+	// Once the runner of this pod has reported, the pod started: the deadline is over.
+	if !pod.Exists || e.agent.podLost || pod.Deleting || pod.Created.IsZero() || e.agent.current {
+		return
+	}
+	deadline := pod.Created.Add(e.s.SpawnDeadline)
+	if e.now.Before(deadline) {
+		e.after(deadline)
+		return
+	}
+	e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonSpawnDeadlineExceeded,
+		fmt.Sprintf("The agent pod has not started within spawnDeadline %s of its creation: %s", e.s.SpawnDeadline, e.message))
 }
 
 // prPhase is the pull request's truth, in the reference orchestrator's precedence.

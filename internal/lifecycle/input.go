@@ -105,6 +105,11 @@ type PodEvidence struct {
 	Terminated *ContainerExit
 	// Restarts of the agent container.
 	Restarts int32
+	// Created is the pod's creation time: activity.spawnDeadline counts from it.
+	Created time.Time
+	// Unschedulable is the scheduler's message while it cannot place the pod (its PodScheduled
+	// condition is False with reason Unschedulable); empty otherwise.
+	Unschedulable string
 }
 
 // ContainerExit is how a container ended.

@@ -16,6 +16,7 @@ const (
 	DefaultStuckAfter        = 10 * time.Minute
 	DefaultGracePeriod       = 2 * time.Minute
 	DefaultGraceObservations = int32(3)
+	DefaultSpawnDeadline     = 10 * time.Minute
 	DefaultMergeMethod       = agentsv1alpha1.MergeSquash
 )
 
@@ -58,6 +59,7 @@ type Settings struct {
 	StuckAfter        time.Duration
 	GracePeriod       time.Duration
 	GraceObservations int32
+	SpawnDeadline     time.Duration
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -137,9 +139,10 @@ func ResolveSettings(reactions *agentsv1alpha1.ReactionsSpec, activity *agentsv1
 		}
 	}
 	if activity != nil {
-		s.IdleAfter = durationOr(activity.IdleAfter, 0)
-		s.StuckAfter = durationOr(activity.StuckAfter, 0)
-		s.GracePeriod = durationOr(activity.GracePeriod, 0)
+		s.IdleAfter = durationOr0(activity.IdleAfter)
+		s.StuckAfter = durationOr0(activity.StuckAfter)
+		s.GracePeriod = durationOr0(activity.GracePeriod)
+		s.SpawnDeadline = durationOr0(activity.SpawnDeadline)
 		if activity.GraceObservations != nil {
 			s.GraceObservations = *activity.GraceObservations
 		}
@@ -151,9 +154,10 @@ func ResolveSettings(reactions *agentsv1alpha1.ReactionsSpec, activity *agentsv1
 	return s, nil
 }
 
-func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+// durationOr0 is d, or 0 (the default, applied by withDefaults) when it is unset.
+func durationOr0(d *metav1.Duration) time.Duration {
 	if d == nil {
-		return def
+		return 0
 	}
 	return d.Duration
 }
@@ -166,6 +170,10 @@ func (s Settings) withDefaults() Settings {
 		StuckAfter:        s.StuckAfter,
 		GracePeriod:       s.GracePeriod,
 		GraceObservations: s.GraceObservations,
+		SpawnDeadline:     s.SpawnDeadline,
+	}
+	if out.SpawnDeadline <= 0 {
+		out.SpawnDeadline = DefaultSpawnDeadline
 	}
 	if out.IdleAfter <= 0 {
 		out.IdleAfter = DefaultIdleAfter

@@ -1,0 +1,86 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+func stalledCondition(d Decision) *metav1.Condition {
+	for i := range d.Conditions {
+		if d.Conditions[i].Type == agentsv1alpha1.ConditionStalled {
+			return &d.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// A pod that does not start within activity.spawnDeadline of its creation makes the session
+// Stalled, saying what holds it up; before the deadline the session waits and is due again at
+// it; a pod whose runner reported has started, whatever its age.
+func TestSpawnDeadline(t *testing.T) {
+	const unschedulable = "0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+	pending := func(age time.Duration, mutate func(*PodEvidence)) func(in *Input) {
+		return func(in *Input) {
+			in.Runner = RunnerEvidence{}
+			in.Pod = PodEvidence{Exists: true, UID: "pod-1", Phase: PodPending, Created: in.Now.Add(-age)}
+			if mutate != nil {
+				mutate(&in.Pod)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		setup    func(in *Input)
+		settings func(s *Settings)
+		reason   string
+		stalled  bool
+		message  []string
+		requeue  time.Duration // the decision is due again within this, 0: not asserted
+	}{
+		{name: "an unschedulable pod says why, before the deadline", setup: pending(3*time.Minute, func(p *PodEvidence) { p.Unschedulable = unschedulable }),
+			reason: agentsv1alpha1.ReasonPodUnschedulable, message: []string{"cannot be scheduled", "3 Insufficient memory"}, requeue: 7 * time.Minute},
+		{name: "an unschedulable pod past the deadline is Stalled with the scheduler's message", setup: pending(11*time.Minute, func(p *PodEvidence) { p.Unschedulable = unschedulable }),
+			reason: agentsv1alpha1.ReasonSpawnDeadlineExceeded, stalled: true, message: []string{"spawnDeadline 10m0s", "3 Insufficient memory"}},
+		{name: "a pod whose prepare never finishes is Stalled at the deadline", setup: pending(10*time.Minute, nil),
+			reason: agentsv1alpha1.ReasonSpawnDeadlineExceeded, stalled: true, message: []string{"has not started within spawnDeadline"}},
+		{name: "a container still being created past a shorter deadline is Stalled with the kubelet's words",
+			setup: pending(2*time.Minute, func(p *PodEvidence) {
+				p.WaitingReason, p.WaitingMessage = "ContainerCreating", "attaching volume pvc-1"
+			}),
+			settings: func(s *Settings) { s.SpawnDeadline = time.Minute },
+			reason:   agentsv1alpha1.ReasonSpawnDeadlineExceeded, stalled: true, message: []string{"spawnDeadline 1m0s", "ContainerCreating", "attaching volume pvc-1"}},
+		{name: "a pod whose runner reported has started, however old it is", setup: func(in *Input) {
+			in.Pod.Created = in.Now.Add(-3 * time.Hour)
+		}, reason: agentsv1alpha1.ReasonAgentActive},
+		{name: "a pod without a creation time is not judged by age", setup: pending(0, func(p *PodEvidence) { p.Created = time.Time{} }),
+			reason: agentsv1alpha1.ReasonSpawning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := from(agentsv1alpha1.PhaseSpawning)
+			tc.setup(&in)
+			if tc.settings != nil {
+				tc.settings(&in.Settings)
+			}
+			d := Decide(in)
+			g.Expect(d.Reason).To(Equal(tc.reason), d.Message)
+			for _, m := range tc.message {
+				g.Expect(d.Message).To(ContainSubstring(m))
+			}
+			c := stalledCondition(d)
+			g.Expect(c != nil && c.Status == metav1.ConditionTrue).To(Equal(tc.stalled), "Stalled: %+v", c)
+			if tc.stalled {
+				g.Expect(c.Reason).To(Equal(agentsv1alpha1.ReasonSpawnDeadlineExceeded))
+				g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseSpawning), "the pod is kept; the session may still start")
+			}
+			if tc.requeue > 0 {
+				g.Expect(d.RequeueAfter).To(And(BeNumerically(">", 0), BeNumerically("<=", tc.requeue)))
+			}
+		})
+	}
+}
