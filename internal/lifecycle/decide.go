@@ -287,7 +287,7 @@ func (e *eval) runtimePhase() {
 		if a.state == agentsv1alpha1.ActivityBlocked {
 			reason = agentsv1alpha1.ReasonAgentBlocked
 		}
-		e.set(agentsv1alpha1.PhaseStuck, reason, "No agent activity for "+e.silence().String()+" (stuckAfter "+e.s.StuckAfter.String()+")")
+		e.set(agentsv1alpha1.PhaseStuck, reason, "No agent activity or pull request change for "+e.stillness().String()+" (stuckAfter "+e.s.StuckAfter.String()+")")
 	case expired(signalPod) && !prOpen:
 		// The agent is gone: respawn it. The grace is spent; Spawning explains itself from here
 		// on, the same way the next decision will.
@@ -308,11 +308,11 @@ func (e *eval) runtimePhase() {
 		}
 		e.set(agentsv1alpha1.PhaseWorking, reason, msg)
 	}
-	if a.live && e.phase != agentsv1alpha1.PhaseStuck && e.silence() < e.s.StuckAfter {
-		// Wake up when silence would make it stuck, if it can.
+	if a.live && e.phase != agentsv1alpha1.PhaseStuck && e.stillness() < e.s.StuckAfter {
+		// Wake up when stillness would make it stuck, if it can.
 		idleWithPR := prOpen && (a.state == agentsv1alpha1.ActivityReady || a.state == agentsv1alpha1.ActivityIdle)
 		if !idleWithPR {
-			e.after(a.lastActivity.Add(e.s.StuckAfter))
+			e.after(e.lastProgress().Add(e.s.StuckAfter))
 		}
 	}
 }
@@ -437,7 +437,7 @@ func (e *eval) notMergeableWhy() string {
 // stuckAfter is stuck whatever the pull request says; one that finished its turn (Ready, Idle)
 // is only stuck when there is no pull request to wait on.
 func (e *eval) stuckBySilence(prOpen bool) bool {
-	if e.silence() < e.s.StuckAfter {
+	if e.stillness() < e.s.StuckAfter {
 		return false
 	}
 	switch e.agent.state {
@@ -447,6 +447,28 @@ func (e *eval) stuckBySilence(prOpen bool) bool {
 	return true
 }
 
+// lastProgress is the later of the agent's last activity and the last change of its pull
+// request on the forge (a push, a check concluding, a review, as prStatus.lastChangeTime
+// records): either is progress, so an agent whose pushed fix turns CI green is not stuck for
+// having been quiet while the checks ran.
+func (e *eval) lastProgress() time.Time {
+	t := e.agent.lastActivity
+	if e.prStatus != nil && e.prStatus.LastChangeTime != nil && e.prStatus.LastChangeTime.After(t) {
+		t = e.prStatus.LastChangeTime.Time
+	}
+	return t
+}
+
+// stillness is how long there has been no progress: what stuckAfter measures.
+func (e *eval) stillness() time.Duration {
+	d := e.now.Sub(e.lastProgress())
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// silence is how long the agent has said nothing: what idleAfter measures.
 func (e *eval) silence() time.Duration {
 	d := e.now.Sub(e.agent.lastActivity)
 	if d < 0 {

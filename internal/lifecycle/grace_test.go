@@ -149,6 +149,7 @@ func TestStuckThresholds(t *testing.T) {
 			in.Runner.LastActivityTime = t0.Add(-tc.silence)
 			if tc.pr {
 				in.PullRequest = openPR()
+				steady(&in, t0.Add(-tc.silence))
 			}
 			d := Decide(in)
 			g.Expect(d.Phase).To(Equal(tc.want))

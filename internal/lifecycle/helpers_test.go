@@ -44,6 +44,16 @@ func running() Input {
 }
 
 // from returns running() with the previous phase set.
+// steady records the pull request the evidence shows as the previous status, last changed at
+// t: nothing about it has changed since.
+func steady(in *Input, t time.Time) {
+	if d := Decide(*in); d.PullRequest != nil {
+		pr := d.PullRequest.DeepCopy()
+		pr.LastChangeTime = &metav1.Time{Time: t}
+		in.Previous.PullRequest = pr
+	}
+}
+
 func from(p agentsv1alpha1.SessionPhase) Input {
 	in := running()
 	in.Previous.Phase = p

@@ -34,7 +34,12 @@ func toNeedsInput(in *Input) {
 	in.Runner.Question = "Should the login page keep the old URL?"
 }
 
-func toStuck(in *Input) { in.Runner.LastActivityTime = in.Now.Add(-11 * time.Minute) }
+// toStuck: the agent silent past stuckAfter, and its pull request (if any) recorded as it is,
+// unchanged for as long: no progress at all.
+func toStuck(in *Input) {
+	in.Runner.LastActivityTime = in.Now.Add(-11 * time.Minute)
+	steady(in, in.Now.Add(-11*time.Minute))
+}
 
 func toRespawn(in *Input) {
 	in.Pod = PodEvidence{}
@@ -168,8 +173,8 @@ func phaseCases() []phaseCase {
 			in.PullRequest = prFor(agentsv1alpha1.PhaseCIFailed)
 		}, agentsv1alpha1.PhaseNeedsInput, agentsv1alpha1.ReasonWaitingForInput},
 		{"a mid-turn agent silent past stuckAfter beats the PR", agentsv1alpha1.PhaseReviewPending, func(in *Input) {
-			toStuck(in)
 			in.PullRequest = prFor(agentsv1alpha1.PhaseReviewPending)
+			toStuck(in)
 		}, agentsv1alpha1.PhaseStuck, agentsv1alpha1.ReasonAgentStuck},
 		{"a PR phase keeps the PR's truth while the pod is lost", agentsv1alpha1.PhaseApproved, func(in *Input) {
 			in.PullRequest = prFor(agentsv1alpha1.PhaseApproved)
@@ -287,7 +292,7 @@ func phaseCases() []phaseCase {
 	for _, f := range pr {
 		cases = append(cases,
 			phaseCase{fmt.Sprintf("%s to NeedsInput", f), f, func(in *Input) { toNeedsInput(in); in.PullRequest = prFor(f) }, agentsv1alpha1.PhaseNeedsInput, ""},
-			phaseCase{fmt.Sprintf("%s to Stuck", f), f, func(in *Input) { toStuck(in); in.PullRequest = prFor(f) }, agentsv1alpha1.PhaseStuck, ""},
+			phaseCase{fmt.Sprintf("%s to Stuck", f), f, func(in *Input) { in.PullRequest = prFor(f); toStuck(in) }, agentsv1alpha1.PhaseStuck, ""},
 			phaseCase{fmt.Sprintf("%s to Errored when the container cannot start past the grace", f), f, func(in *Input) {
 				in.PullRequest = prFor(f)
 				in.Pod = PodEvidence{Exists: true, UID: "pod-1", Phase: PodRunning, WaitingReason: "CrashLoopBackOff", Restarts: 6}

@@ -84,3 +84,51 @@ func TestSpawnDeadline(t *testing.T) {
 		})
 	}
 }
+
+// Progress is not stuck: stuckAfter measures the time without agent activity *and* without a
+// change of the pull request (a push, a check concluding, a review). An agent quiet while the
+// checks of its pushed fix ran is not paged as stuck; silence with nothing moving still is.
+func TestProgressIsNotStuck(t *testing.T) {
+	quiet := func(in *Input) { in.Runner.LastActivityTime = in.Now.Add(-11 * time.Minute) }
+	for _, tc := range []struct {
+		name    string
+		setup   func(in *Input)
+		want    agentsv1alpha1.SessionPhase
+		requeue time.Duration
+	}{
+		{"quiet, the pull request unchanged for as long: Stuck", func(in *Input) {
+			in.PullRequest = openPR()
+			quiet(in)
+			steady(in, in.Now.Add(-11*time.Minute))
+		}, agentsv1alpha1.PhaseStuck, 0},
+		{"quiet, but the pull request changed 2m ago (a push, a check): not Stuck, due again when stillness would make it so", func(in *Input) {
+			in.PullRequest = openPR()
+			quiet(in)
+			steady(in, in.Now.Add(-2*time.Minute))
+		}, agentsv1alpha1.PhaseReviewPending, 8 * time.Minute},
+		{"a pushed fix turning CI green takes a Stuck session out of Stuck", func(in *Input) {
+			in.PullRequest = openPR()
+			quiet(in)
+			steady(in, in.Now.Add(-11*time.Minute))
+			in.Previous.Phase = agentsv1alpha1.PhaseStuck
+			in.PullRequest.HeadSHA = shaB // the new head, seen now
+			in.PullRequest.Checks = ChecksEvidence{State: agentsv1alpha1.ChecksPassing, Passed: 3}
+		}, agentsv1alpha1.PhaseReviewPending, 10 * time.Minute},
+		{"quiet with no pull request: Stuck", quiet, agentsv1alpha1.PhaseStuck, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := from(agentsv1alpha1.PhaseWorking)
+			in.Runner.State = agentsv1alpha1.ActivityActive
+			tc.setup(&in)
+			d := Decide(in)
+			g.Expect(d.Phase).To(Equal(tc.want), "%s: %s", d.Reason, d.Message)
+			if tc.want == agentsv1alpha1.PhaseStuck {
+				g.Expect(d.Message).To(ContainSubstring("No agent activity or pull request change for 11m0s"))
+			}
+			if tc.requeue > 0 {
+				g.Expect(d.RequeueAfter).To(And(BeNumerically(">", 0), BeNumerically("<=", tc.requeue)))
+			}
+		})
+	}
+}
