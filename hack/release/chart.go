@@ -623,7 +623,7 @@ func pinValues(values []byte, img Images, tag string) ([]byte, error) {
 			repo = ""
 		}
 	}
-	for r := range byRepo {
+	for _, r := range sortedKeys(byRepo) {
 		if !pinned[r] {
 			return nil, fmt.Errorf("charts/shepherd/values.yaml has no images entry with repository %s", r)
 		}

@@ -330,7 +330,7 @@ func TestPackageChartPinsTheRelease(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(values).To(And(ContainSubstring("registry: registry.example/shepherd"), ContainSubstring("# Where the images are pulled from")))
 	_, err = pinValues([]byte("images:\n  registry: x\n"), testImages, "v1")
-	g.Expect(err).To(MatchError(ContainSubstring("no images entry with repository shepherd-manager")))
+	g.Expect(err).To(MatchError(ContainSubstring("no images entry with repository shepherd-agent-claude-code")), "the first missing, in order")
 }
 
 // Helm refuses to take over an argocd-cm that Argo CD's own install created, rather than

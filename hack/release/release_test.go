@@ -153,8 +153,10 @@ func (c *cluster) versions(file string) string {
 
 // gone: every object of the manifest is gone, but a namespace, which envtest (no namespace
 // controller) leaves Terminating. CRDs go once the API server has removed their objects.
+// The bound is generous: under `make test` the API server shares two cores with every other
+// package, and its CRD cleanup was seen to take over three minutes there.
 func (c *cluster) gone(g Gomega, file string) {
-	g.Eventually(func(g Gomega) { c.left(g, file) }).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	g.Eventually(func(g Gomega) { c.left(g, file) }).WithTimeout(6 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 }
 
 func (c *cluster) left(g Gomega, file string) {
@@ -165,7 +167,12 @@ func (c *cluster) left(g Gomega, file string) {
 		}
 		kind, rest, _ := strings.Cut(line, "/")
 		_, deleting, _ := strings.Cut(rest, " ")
-		g.Expect(kind == "Namespace" && deleting != "").To(BeTrue(), "left after delete: "+line)
+		why := ""
+		if kind == "CustomResourceDefinition" {
+			// What its cleanup waits for, when it is slow (the Terminating condition's message).
+			why, _ = c.run("get", "crd", strings.Fields(rest)[0], "-o", `jsonpath={.status.conditions[?(@.type=="Terminating")].message}`)
+		}
+		g.Expect(kind == "Namespace" && deleting != "").To(BeTrue(), "left after delete: "+line+" "+why)
 	}
 }
 

@@ -74,7 +74,7 @@ var Rules = []Rule{
 	{nSpawning, GroupActive, "the runner of the current pod reports the agent (Working without a pull request, NeedsInput, Stuck, or the open pull request's phase)"},
 	{nWorking, GroupPullRequest, "the session's pull request is open"},
 	{nWorking, nNeedsInput, "the runner reports WaitingForInput"},
-	{nWorking, nStuck, "no activity past stuckAfter, or the runner silent past the grace"},
+	{nWorking, nStuck, "no activity and no pull request change past stuckAfter, or the runner silent past the grace"},
 	{nNeedsInput, nWorking, "the agent works again, no pull request"},
 	{nNeedsInput, GroupPullRequest, "the agent works again, pull request open"},
 	{nNeedsInput, nStuck, "silent past stuckAfter, or the runner silent past the grace"},
