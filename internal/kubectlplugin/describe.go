@@ -158,54 +158,58 @@ func printDescribe(w io.Writer, s *agentsv1alpha1.AgentSession, events []corev1.
 		return err
 	}
 
-	if len(s.Status.Reactions) > 0 {
-		fmt.Fprintln(w, "\nReactions:")
-		tw = printers.GetNewTabWriter(w)
-		fmt.Fprintln(tw, "  TRIGGER\tATTEMPTS\tESCALATED\tLAST")
-		for _, r := range s.Status.Reactions {
-			fmt.Fprintf(tw, "  %s\t%d\t%v\t%s\n", r.Trigger, r.Attempts, r.Escalated, ago(r.LastAttemptTime, now))
+	var reactions [][]string
+	for _, r := range s.Status.Reactions {
+		reactions = append(reactions, []string{string(r.Trigger), fmt.Sprint(r.Attempts), fmt.Sprint(r.Escalated), ago(r.LastAttemptTime, now)})
+	}
+	delivered := map[string]bool{}
+	for _, id := range s.Status.Messages.Delivered {
+		delivered[id] = true
+	}
+	var messages [][]string
+	for _, m := range s.Spec.Messages {
+		st := "pending"
+		if delivered[m.ID] {
+			st = "delivered"
 		}
-		if err := tw.Flush(); err != nil {
-			return err
+		messages = append(messages, []string{m.ID, orDash(m.From), st, truncate(oneLine(m.Text), 80)})
+	}
+	for _, p := range s.Status.Messages.Pending {
+		if p.Source != agentsv1alpha1.MessageFromUser { // a user's is listed above, from spec.messages
+			messages = append(messages, []string{p.ID, "shepherd (" + string(p.Source) + ")", "pending", truncate(oneLine(p.Text), 80)})
 		}
 	}
-
-	if len(s.Spec.Messages) > 0 || len(s.Status.Messages.Pending) > 0 {
-		fmt.Fprintln(w, "\nMessages:")
-		tw = printers.GetNewTabWriter(w)
-		fmt.Fprintln(tw, "  ID\tFROM\tSTATE\tTEXT")
-		delivered := map[string]bool{}
-		for _, id := range s.Status.Messages.Delivered {
-			delivered[id] = true
-		}
-		for _, m := range s.Spec.Messages {
-			st := "pending"
-			if delivered[m.ID] {
-				st = "delivered"
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", m.ID, orDash(m.From), st, truncate(oneLine(m.Text), 80))
-		}
-		for _, p := range s.Status.Messages.Pending {
-			if p.Source == agentsv1alpha1.MessageFromUser {
-				continue // listed above, from spec.messages
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.ID, "shepherd ("+string(p.Source)+")", "pending", truncate(oneLine(p.Text), 80))
-		}
-		if err := tw.Flush(); err != nil {
+	var notifications [][]string
+	for _, n := range s.Status.Notifications {
+		notifications = append(notifications, []string{n.Type, string(n.Priority), orDash(strings.Join(n.Routes, ",")), truncate(oneLine(n.Message), 80)})
+	}
+	for _, sec := range []struct {
+		title string
+		head  []string
+		rows  [][]string
+	}{
+		{"Reactions", []string{"TRIGGER", "ATTEMPTS", "ESCALATED", "LAST"}, reactions},
+		{"Messages", []string{"ID", "FROM", "STATE", "TEXT"}, messages},
+		{"Notifications", []string{"TYPE", "PRIORITY", "ROUTES", "MESSAGE"}, notifications},
+	} {
+		if err := section(w, sec.title, sec.head, sec.rows); err != nil {
 			return err
 		}
-	}
-
-	if len(s.Status.Notifications) > 0 {
-		fmt.Fprintln(w, "\nNotifications:")
-		tw = printers.GetNewTabWriter(w)
-		fmt.Fprintln(tw, "  TYPE\tPRIORITY\tROUTES\tMESSAGE")
-		for _, n := range s.Status.Notifications {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", n.Type, n.Priority, orDash(strings.Join(n.Routes, ",")), truncate(oneLine(n.Message), 80))
-		}
-		return tw.Flush()
 	}
 	return nil
+}
+
+// section writes a titled, indented table; nothing when it has no rows.
+func section(w io.Writer, title string, head []string, rows [][]string) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	tw := printers.GetNewTabWriter(w)
+	for _, r := range append([][]string{head}, rows...) {
+		fmt.Fprintln(tw, "  "+strings.Join(r, "\t"))
+	}
+	return tw.Flush()
 }
 
 func readyCondition(s *agentsv1alpha1.AgentSession) *metav1.Condition {
