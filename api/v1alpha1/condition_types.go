@@ -93,7 +93,6 @@ const (
 	// is released without its remove pod (nothing can reach the checkout any more).
 	ReasonCheckoutAbandoned  = "CheckoutAbandoned"
 	ReasonSetupPending       = "SetupPending"
-	ReasonSetupRunning       = "SetupRunning"
 	ReasonSetupFailed        = "SetupFailed"
 	ReasonSessionBound       = "SessionBound"
 	ReasonUnpushedCommits    = "UnpushedCommits"

@@ -75,13 +75,14 @@ const (
 	WorktreeRemoved WorktreePhase = "Removed"
 )
 
-// SetupState is the progress of the setup commands.
-// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed
+// SetupState is the outcome of the setup commands. There is no Running: they run inside the
+// prepare step, which reports once it is done, so Shepherd never observes them running and does
+// not claim it (Pending covers "not finished yet").
+// +kubebuilder:validation:Enum=Pending;Succeeded;Failed
 type SetupState string
 
 const (
 	SetupPending   SetupState = "Pending"
-	SetupRunning   SetupState = "Running"
 	SetupSucceeded SetupState = "Succeeded"
 	SetupFailed    SetupState = "Failed"
 )

@@ -144,8 +144,8 @@ func setSetupSucceededCondition(wt *agentsv1alpha1.Worktree, s *worktreeScope, p
 	case agentsv1alpha1.SetupFailed:
 		setCondition(conds, gen, agentsv1alpha1.ConditionSetupSucceeded, metav1.ConditionFalse, agentsv1alpha1.ReasonSetupFailed,
 			fmt.Sprintf("setup command %q failed; the checkout is usable: %s", st.Setup.FailedCommand, st.Setup.Error))
-	case agentsv1alpha1.SetupPending, agentsv1alpha1.SetupRunning:
-		setCondition(conds, gen, agentsv1alpha1.ConditionSetupSucceeded, metav1.ConditionUnknown, agentsv1alpha1.ReasonSetupPending, "setup has not run yet")
+	case agentsv1alpha1.SetupPending:
+		setCondition(conds, gen, agentsv1alpha1.ConditionSetupSucceeded, metav1.ConditionUnknown, agentsv1alpha1.ReasonSetupPending, "setup has not finished yet")
 	}
 }
 
