@@ -226,11 +226,15 @@ func (r *AgentSessionReconciler) runCreatePod(ctx context.Context, s *sessionSco
 // runDeletePod deletes the agent pod the decision judged, by UID: a newer pod of the same name
 // (the cache behind) is never deleted for it.
 func (r *AgentSessionReconciler) runDeletePod(ctx context.Context, s *sessionScope, a lifecycle.Action) error {
-	if s.pod == nil || string(s.pod.UID) != a.PodUID || !s.pod.DeletionTimestamp.IsZero() {
+	if s.pod == nil || string(s.pod.UID) != a.PodUID || (!s.pod.DeletionTimestamp.IsZero() && !a.Force) {
 		return nil
 	}
 	uid := s.pod.UID
-	switch err := r.Client.Delete(ctx, s.pod, client.Preconditions{UID: &uid}); {
+	opts := []client.DeleteOption{client.Preconditions{UID: &uid}}
+	if a.Force {
+		opts = append(opts, client.GracePeriodSeconds(0))
+	}
+	switch err := r.Client.Delete(ctx, s.pod, opts...); {
 	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsConflict(err):
@@ -240,7 +244,7 @@ func (r *AgentSessionReconciler) runDeletePod(ctx context.Context, s *sessionSco
 	case err != nil:
 		return fmt.Errorf("delete agent pod: %w", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Deleted agent pod", "pod", klog.KObj(s.pod))
+	ctrl.LoggerFrom(ctx).Info("Deleted agent pod", "pod", klog.KObj(s.pod), "force", a.Force, "node", s.pod.Spec.NodeName)
 	return nil
 }
 

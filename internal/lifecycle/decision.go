@@ -138,4 +138,7 @@ type Action struct {
 	PullRequestNumber int64
 	ExpectedHeadSHA   string
 	PodUID            string
+	// Force, for ActionDeletePod: delete at once (grace 0). Only for a pod already being
+	// deleted on a lost node, whose kubelet will never confirm it.
+	Force bool
 }

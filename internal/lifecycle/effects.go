@@ -29,6 +29,13 @@ func (e *eval) podActions() {
 	neverRan := e.prev.StartTime == nil && !e.agent.live
 	needAgent := e.phase == agentsv1alpha1.PhaseSpawning || e.messagesWaiting() || neverRan
 	if p.Exists {
+		if p.Deleting && p.NodeLost {
+			// Terminating on a node that has been NotReady (or gone) past the grace: its kubelet
+			// will never confirm the deletion, and the pod's fixed name blocks its replacement.
+			// Force it; the node's lost state already bounds the wait.
+			e.actions = append(e.actions, Action{Type: ActionDeletePod, ID: "pod.forcedelete." + p.UID, PodUID: p.UID, Force: true})
+			return
+		}
 		finished := p.Phase == PodSucceeded || p.Phase == PodFailed
 		keepForDiagnosis := finished && e.phase == agentsv1alpha1.PhaseErrored && e.desired() != agentsv1alpha1.SessionStopped
 		if !p.Deleting && ((!live && !keepForDiagnosis) || (finished && needAgent)) {

@@ -132,3 +132,23 @@ func TestProgressIsNotStuck(t *testing.T) {
 		})
 	}
 }
+
+// A pod being deleted on a lost node is force-deleted (its kubelet never confirms), once; a pod
+// being deleted on a live node is left to its kubelet.
+func TestTerminatingOnALostNodeIsForced(t *testing.T) {
+	g := NewWithT(t)
+	in := from(agentsv1alpha1.PhaseWorking)
+	in.Pod.Deleting, in.Pod.NodeLost = true, true
+	var force []Action
+	for _, a := range Decide(in).Actions {
+		if a.Type == ActionDeletePod {
+			force = append(force, a)
+		}
+	}
+	g.Expect(force).To(ConsistOf(And(HaveField("Force", true), HaveField("PodUID", in.Pod.UID), HaveField("ID", "pod.forcedelete."+in.Pod.UID))))
+
+	in.Pod.NodeLost = false
+	for _, a := range Decide(in).Actions {
+		g.Expect(a.Type).NotTo(Equal(ActionDeletePod), "a live node's kubelet finishes the deletion")
+	}
+}
