@@ -117,8 +117,10 @@ envtest-assets: ## Build (once) and print the envtest assets directory (etcd, ku
 # On a fresh machine the envtest assets take ~7 of its ~15 cold minutes (kube-apiserver ~5.7).
 # Building them while controller-gen is installed was measured and saved nothing: both are
 # CPU-bound on 2 cores; `generated` now skips controller-gen when nothing it reads changed.
+# -timeout 20m: go test's default 10 minutes per package is within reach of hack/release, whose
+# apply tests wait up to 6 minutes for an API server's CRD cleanup under this load.
 test: generated ## Run the unit and envtest (real kube-apiserver) tests.
-	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go test -race $(TEST_VET) $(TEST_TOOLEXEC) -ldflags='$(TEST_LDFLAGS)' $(GO_TEST_FLAGS) $(TEST_PKGS)
+	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go test -race -timeout=20m $(TEST_VET) $(TEST_TOOLEXEC) -ldflags='$(TEST_LDFLAGS)' $(GO_TEST_FLAGS) $(TEST_PKGS)
 
 .PHONY: test-integration
 test-integration: gitea agent-clis ## Run the integration tests: a real Gitea, the real agent CLIs (npm).
