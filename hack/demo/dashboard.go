@@ -47,7 +47,10 @@ func startDashboard(ctx context.Context, cs kubernetes.Interface, png, chromium,
 
 // finish stops recording, draws the dashboard and screenshots it; it returns what it did.
 func (d *dashboardShot) finish(ctx context.Context, dir string) (string, error) {
-	time.Sleep(2 * scrapeEvery) // the last phase's metrics
+	select { // two more scrapes: the last phase's metrics
+	case <-time.After(2 * scrapeEvery):
+	case <-ctx.Done():
+	}
 	d.stop()
 	<-d.done
 	defer func() { _ = d.rec.Close() }()

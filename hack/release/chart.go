@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -55,14 +57,9 @@ var ErrChartSource = errors.New("config/ differs from what the chart generator u
 
 // kustomize renders dir (relative to repo) and splits it into objects.
 func kustomize(ctx context.Context, kubectl, repo, dir string) ([]object, error) {
-	ctx, cancel := context.WithTimeout(ctx, renderTimeout)
-	defer cancel()
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(repo, dir))
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := runKustomize(ctx, kubectl, filepath.Join(repo, dir), dir)
 	if err != nil {
-		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, strings.TrimSpace(stderr.String()))
+		return nil, err
 	}
 	return splitObjects(out)
 }
@@ -360,12 +357,7 @@ func installObjects(cluster, namespaced []object) ([]chartObject, []object, erro
 			add(o, "", chartObject{})
 		}
 	}
-	rest := make([]string, 0, len(ns))
-	for k := range ns {
-		rest = append(rest, k)
-	}
-	sort.Strings(rest)
-	for _, k := range rest {
+	for _, k := range slices.Sorted(maps.Keys(ns)) {
 		o := ns[k]
 		if str(o, "metadata", "namespace") == exampleTenant {
 			add(o, "", chartObject{rang: true, scope: scope{ns: nsVar}})
@@ -623,7 +615,7 @@ func pinValues(values []byte, img Images, tag string) ([]byte, error) {
 			repo = ""
 		}
 	}
-	for _, r := range sortedKeys(byRepo) {
+	for _, r := range slices.Sorted(maps.Keys(byRepo)) {
 		if !pinned[r] {
 			return nil, fmt.Errorf("charts/shepherd/values.yaml has no images entry with repository %s", r)
 		}
@@ -633,19 +625,10 @@ func pinValues(values []byte, img Images, tag string) ([]byte, error) {
 
 func sortedValues(m map[string]string) []string {
 	out := make([]string, 0, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, m[k])
 	}
 	return out
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // PackageChart writes <out>/shepherd-<chart version>.tgz: the chart with the release's version

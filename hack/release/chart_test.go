@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,14 +16,20 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// helmDir is where hack/helm.sh keeps Helm, asked once per test binary.
+var helmDir = sync.OnceValues(func() (string, error) {
+	out, err := exec.Command(filepath.Join(repoRoot(), "hack", "helm.sh")).Output()
+	return strings.TrimSpace(string(out)), err
+})
+
 // helm is the cached Helm (hack/helm.sh builds it from the Go module proxy once).
 func helm(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(repoRoot(), "hack", "helm.sh")).Output()
+	dir, err := helmDir()
 	if err != nil {
 		t.Fatalf("hack/helm.sh: %v", err)
 	}
-	return filepath.Join(strings.TrimSpace(string(out)), "helm")
+	return filepath.Join(dir, "helm")
 }
 
 // runHelm runs helm on the chart with a values file (when values is not nil) and returns its

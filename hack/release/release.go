@@ -125,6 +125,20 @@ func Render(ctx context.Context, kubectl, repo, work string, m Manifest, img Ima
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		return nil, err
 	}
+	out, err := runKustomize(ctx, kubectl, dir, m.Overlay)
+	if err != nil {
+		return nil, err
+	}
+	if err := Check(out); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.File, err)
+	}
+	header := fmt.Sprintf("# Shepherd %s, rendered from %s by `make release`.\n# kubectl apply -f %s   (or --server-side; docs/operations.md#install)\n", img.Manager, m.Overlay, m.File)
+	return append([]byte(header), out...), nil
+}
+
+// runKustomize renders dir with kubectl's kustomize, bounded by renderTimeout; what names the
+// kustomization in the error.
+func runKustomize(ctx context.Context, kubectl, dir, what string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, renderTimeout)
 	defer cancel()
 	var stderr bytes.Buffer
@@ -132,13 +146,9 @@ func Render(ctx context.Context, kubectl, repo, work string, m Manifest, img Ima
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", m.Overlay, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", what, err, strings.TrimSpace(stderr.String()))
 	}
-	if err := Check(out); err != nil {
-		return nil, fmt.Errorf("%s: %w", m.File, err)
-	}
-	header := fmt.Sprintf("# Shepherd %s, rendered from %s by `make release`.\n# kubectl apply -f %s   (or --server-side; docs/operations.md#install)\n", img.Manager, m.Overlay, m.File)
-	return append([]byte(header), out...), nil
+	return out, nil
 }
 
 // Object is one object of a manifest, as apply sees it.

@@ -19,6 +19,12 @@ func DecodeLenient(raw []byte, v any) (skipped []string, err error) {
 	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
 		return nil, fmt.Errorf("DecodeLenient: %T is not a pointer to a struct", v)
 	}
+	// Every line of an agent's output comes through here: the whole-line decode is the common
+	// case, and the field-by-field one runs only when it fails.
+	if json.Unmarshal(raw, v) == nil {
+		return nil, nil
+	}
+	rv.Elem().SetZero()
 	if err := decodeStruct(raw, rv.Elem(), "", &skipped); err != nil {
 		return nil, err
 	}

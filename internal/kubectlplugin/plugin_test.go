@@ -341,10 +341,14 @@ func TestSteeringKeepsWhatItOwns(t *testing.T) {
 func TestGitOpsOwnedStateIsNotFoughtOver(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	gitops := &unstructured.Unstructured{Object: map[string]any{"apiVersion": agentsv1alpha1.GroupVersion.String(), "kind": "AgentSession",
-		"metadata": map[string]any{"name": "declared", "namespace": "team-a"},
-		"spec":     map[string]any{"projectRef": map[string]any{"name": "widgets"}, "issue": "50", "state": "Running", "messages": []any{map[string]any{"id": "from-git", "text": "Keep it small."}}}}}
-	g.Expect(adm.Patch(ctx, gitops, client.Apply, client.FieldOwner("argocd-controller"))).To(Succeed()) //nolint:staticcheck // the GitOps tool's own apply, as Argo CD sends it
+	// The manifest in Git, applied as Argo CD's server-side sync applies it.
+	sync := func() error {
+		gitops := &unstructured.Unstructured{Object: map[string]any{"apiVersion": agentsv1alpha1.GroupVersion.String(), "kind": "AgentSession",
+			"metadata": map[string]any{"name": "declared", "namespace": "team-a"},
+			"spec":     map[string]any{"projectRef": map[string]any{"name": "widgets"}, "issue": "50", "state": "Running", "messages": []any{map[string]any{"id": "from-git", "text": "Keep it small."}}}}}
+		return adm.Patch(ctx, gitops, client.Apply, client.FieldOwner("argocd-controller")) //nolint:staticcheck // the GitOps tool's own apply
+	}
+	g.Expect(sync()).To(Succeed())
 
 	_, _, err := plugin("alice", "stop", "-n", "team-a", "declared")
 	g.Expect(err).To(MatchError(ErrConflict))
@@ -353,6 +357,9 @@ func TestGitOpsOwnedStateIsNotFoughtOver(t *testing.T) {
 
 	_, _, err = plugin("alice", "send", "-n", "team-a", "declared", "Also the tests.", "--id", "tests")
 	g.Expect(err).NotTo(HaveOccurred(), "a message is an item of its own: no conflict with Git's")
+	g.Expect(sessionIn(g, "team-a", "declared").Spec.Messages).To(HaveExactElements(HaveField("ID", "from-git"), HaveField("ID", "tests")))
+	// The GitOps tool's next sync applies its manifest again: the terminal's message stays.
+	g.Expect(sync()).To(Succeed())
 	g.Expect(sessionIn(g, "team-a", "declared").Spec.Messages).To(HaveExactElements(HaveField("ID", "from-git"), HaveField("ID", "tests")))
 
 	_, _, err = plugin("alice", "stop", "-n", "team-a", "declared", "--force")

@@ -460,22 +460,13 @@ func (e *eval) lastProgress() time.Time {
 }
 
 // stillness is how long there has been no progress: what stuckAfter measures.
-func (e *eval) stillness() time.Duration {
-	d := e.now.Sub(e.lastProgress())
-	if d < 0 {
-		return 0
-	}
-	return d
-}
+func (e *eval) stillness() time.Duration { return e.since(e.lastProgress()) }
 
 // silence is how long the agent has said nothing: what idleAfter measures.
-func (e *eval) silence() time.Duration {
-	d := e.now.Sub(e.agent.lastActivity)
-	if d < 0 {
-		return 0
-	}
-	return d
-}
+func (e *eval) silence() time.Duration { return e.since(e.agent.lastActivity) }
+
+// since is the time from t to now, never negative (a clock ahead of the manager's).
+func (e *eval) since(t time.Time) time.Duration { return max(e.now.Sub(t), 0) }
 
 func (e *eval) idle() bool {
 	return e.agent.live && e.silence() >= e.s.IdleAfter
