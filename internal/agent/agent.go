@@ -124,6 +124,9 @@ const (
 	KindActivity Kind = "Activity"
 	// KindToolUse: the agent used Tool; Text summarises its input.
 	KindToolUse Kind = "ToolUse"
+	// KindToolResult: the tool call Tool came back with Text (its output, bounded to
+	// MaxToolResult); IsError marks a failed call.
+	KindToolResult Kind = "ToolResult"
 	// KindText: the agent said Text.
 	KindText Kind = "Text"
 	// KindQuestion: the agent asked the human Text.
@@ -140,6 +143,10 @@ const (
 	// KindSession: the agent's own conversation id and the model in use.
 	KindSession Kind = "Session"
 )
+
+// MaxToolResult bounds the output a KindToolResult event carries: enough to read what a command
+// printed, not a whole file the agent read.
+const MaxToolResult = 4096
 
 // Event is one thing the agent did, in the common vocabulary of every adapter.
 type Event struct {

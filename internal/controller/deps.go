@@ -16,6 +16,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 )
 
 // Deps is what the reconcilers share: the clients, the forge hub, the runner reports, the
@@ -33,6 +34,8 @@ type Deps struct {
 	Notifier *notify.Dispatcher
 	// Reports holds the runners' latest reports.
 	Reports *ReportStore
+	// Transcripts holds each session's transcript window, streamed by its runner.
+	Transcripts *transcript.Store
 	// Deliveries collects notification results for the sessions and the Projects' status.
 	Deliveries *deliveryResults
 	// Now is the clock (time.Now in production; tests may inject one).

@@ -18,6 +18,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 )
 
 // RunnerBackend answers the runners' calls on the manager's channel (internal/runnerapi does the
@@ -55,6 +56,21 @@ func (b *RunnerBackend) load(ctx context.Context, s runnerapi.Session) (*agentsv
 		return nil, nil, fmt.Errorf("get project: %w", err)
 	}
 	return sess, p, nil
+}
+
+// Transcript adds the runner's entries to the session's window (in memory, never in etcd).
+func (b *RunnerBackend) Transcript(ctx context.Context, s runnerapi.Session, batch transcript.Batch) (uint64, error) {
+	sess := &agentsv1alpha1.AgentSession{}
+	if err := b.Client.Get(ctx, s.NamespacedName, sess); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, fmt.Errorf("session %s: %w", s.NamespacedName, runnerapi.ErrNotFound)
+		}
+		return 0, fmt.Errorf("get session: %w", err)
+	}
+	if err := ownedBy(sess, s); err != nil {
+		return 0, err
+	}
+	return b.Transcripts.Append(s.NamespacedName, sess.UID, batch.Entries), nil
 }
 
 // ownedBy refuses a caller whose pod's controller is not this session: a pod left from an

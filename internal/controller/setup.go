@@ -28,6 +28,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/runnertls"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 )
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -136,18 +137,19 @@ func newDeps(mgr ctrl.Manager, cfg Config, wake func(types.NamespacedName), proj
 		send(projectEvents, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
 	}
 	deps := &Deps{
-		Client:     &metrics.CountingClient{Client: mgr.GetClient(), M: m},
-		APIReader:  mgr.GetAPIReader(),
-		Scheme:     mgr.GetScheme(),
-		Recorder:   mgr.GetEventRecorder("shepherd"),
-		Secrets:    &SecretReader{Meta: mgr.GetClient(), API: mgr.GetAPIReader()},
-		Hub:        hub,
-		Reports:    reports,
-		Deliveries: deliveries,
-		Now:        cfg.Now,
-		Options:    cfg.Options,
-		Metrics:    m,
-		SCMMetrics: scmMetrics,
+		Client:      &metrics.CountingClient{Client: mgr.GetClient(), M: m},
+		APIReader:   mgr.GetAPIReader(),
+		Scheme:      mgr.GetScheme(),
+		Recorder:    mgr.GetEventRecorder("shepherd"),
+		Secrets:     &SecretReader{Meta: mgr.GetClient(), API: mgr.GetAPIReader()},
+		Hub:         hub,
+		Reports:     reports,
+		Deliveries:  deliveries,
+		Transcripts: &transcript.Store{},
+		Now:         cfg.Now,
+		Options:     cfg.Options,
+		Metrics:     m,
+		SCMMetrics:  scmMetrics,
 	}
 	var gitTransport http.RoundTripper // nil: the git proxy's default
 	if g := cfg.Outbound; g != nil {

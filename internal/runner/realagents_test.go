@@ -19,6 +19,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/agent"
 	"github.com/shepherd-dev/shepherd/internal/runner"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 	"github.com/shepherd-dev/shepherd/test/modelserver"
 	"github.com/shepherd-dev/shepherd/test/realagents"
 )
@@ -229,7 +230,7 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 		g.Expect(last.Agent.Model).To(BeEmpty(), "the CLI prints no model")
 	}
 	g.Expect(last.Usage.Turns).To(Equal(int32(2)))
-	want := a.usage(t, h.stdout.String())
+	want := a.usage(t, h.raw.String())
 	g.Expect(last.Usage.InputTokens).To(Equal(want.input))
 	g.Expect(last.Usage.OutputTokens).To(Equal(want.output))
 	g.Expect(last.Usage.CacheReadTokens).To(Equal(want.cacheRead))
@@ -243,6 +244,24 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 
 	h.cancel()
 	g.Expect(h.wait()).To(Equal(result{code: 0}))
+	// The real CLI's two turns came out of the runner as the transcript's common kinds: the
+	// same for every CLI, with the commit's output in a tool result.
+	streamed, _, _ := h.env.Backend.Transcripts.Read(h.session, 0, 0)
+	kinds := map[transcript.Kind]int{}
+	var results []string
+	for _, e := range streamed {
+		kinds[e.Kind]++
+		if e.Kind == transcript.KindToolResult {
+			results = append(results, e.Text)
+		}
+	}
+	for _, k := range []transcript.Kind{transcript.KindTurnStarted, transcript.KindToolCall, transcript.KindToolResult,
+		transcript.KindUsage, transcript.KindTurnEnded} {
+		g.Expect(kinds[k]).To(BeNumerically(">", 0), "kind %s in %v", k, kinds)
+	}
+	g.Expect(kinds[transcript.KindTurnEnded]).To(Equal(2))
+	g.Expect(strings.Join(results, "\n")).To(ContainSubstring("file changed"))
+	g.Expect(h.stdout.String()).To(ContainSubstring("── turn 2 ──"))
 	g.Expect(filepath.Join(h.checkout, "pwned")).NotTo(BeAnExistingFile())
 	for _, text := range []string{h.stdout.String(), h.stderr.String(), readAll(t, h.checkout)} {
 		g.Expect(text).NotTo(ContainSubstring(password))

@@ -19,6 +19,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/agenthost"
 	"github.com/shepherd-dev/shepherd/internal/modelproxy"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 )
 
@@ -57,9 +58,12 @@ type RunConfig struct {
 	// PublishRetry is the first wait before a failed publish is tried again, doubling up to
 	// 2 minutes; default 5s.
 	PublishRetry time.Duration
-	// Stdout receives the agent's own output (kubectl logs); Stderr the agent's stderr and the
+	// Stdout receives the readable transcript (kubectl logs); Stderr the agent's stderr and the
 	// runner's notes.
 	Stdout, Stderr io.Writer
+	// RawOutput, when set, receives the agent CLI's own output as it printed it (tests, and
+	// debugging a CLI release whose output changed); the transcript is made from it either way.
+	RawOutput io.Writer
 	// Spares, when set, are the Project's spare worktrees this runner tops up once its agent has
 	// started (workspace.FillSpares), so that the next session claims one.
 	Spares *workspace.Spares
@@ -125,6 +129,8 @@ type runner struct {
 	// agentStateDir is the agent's state dir in its container (Aider's chat history).
 	agentStateDir string
 	rep           *reporter
+	// tr is the session's transcript: on the volume, in the pod's log, streamed to the manager.
+	tr *transcriber
 	// sessionID is the agent's conversation id; turns counts turns run by this process.
 	sessionID string
 	model     string
@@ -202,17 +208,23 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		return 1, err
 	}
 	r.rep = newReporter(client, r.task, cfg.Debounce, cfg.Heartbeat, cfg.Stderr)
+	r.tr = newTranscriber(client, cfg.StateDir, cfg.Stdout, cfg.Stderr)
 	repCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
-	repDone := make(chan struct{})
-	go func() { defer close(repDone); r.rep.loop(repCtx) }()
+	repDone := make(chan struct{}, 2)
+	go func() { defer func() { repDone <- struct{}{} }(); r.rep.loop(repCtx) }()
+	go func() { defer func() { repDone <- struct{}{} }(); r.tr.loop(repCtx) }()
 	defer r.waitSpares()
 	defer func() {
-		// Deliver the last reports (the exit, say) even when ctx is already done.
+		// Deliver the last reports (the exit, say) and transcript entries even when ctx is
+		// already done.
 		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		r.rep.flush(flushCtx)
-		cancel()
 		stopReports()
 		<-repDone
+		<-repDone
+		r.tr.flush(flushCtx)
+		r.tr.close()
+		cancel()
 	}()
 	if err := r.prepareVolume(ctx); err != nil {
 		r.rep.setActivity(agentsv1alpha1.ActivityExited, "", err.Error(), ptrInt32(1))
@@ -491,6 +503,7 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	}
 	headBefore, _ := r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "HEAD")
 	r.rep.setActivity(agentsv1alpha1.ActivityActive, "", "", nil)
+	r.tr.startTurn(prompt)
 
 	// The spares are made while the agent works (the first turn's start is the moment: from
 	// then on the fill delays nobody); a stop right now still leaves whole spares behind.
@@ -527,7 +540,9 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	for {
 		line, err := agent.ReadLine(br)
 		if len(line) > 0 || err == nil {
-			_, _ = r.cfg.Stdout.Write(append(line, '\n'))
+			if r.cfg.RawOutput != nil {
+				_, _ = r.cfg.RawOutput.Write(append(line, '\n'))
+			}
 			_, _ = tail.Write(append(line, '\n'))
 			for _, ev := range parser.Line(line) {
 				r.handle(ev, st)
@@ -592,10 +607,13 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 	return 0, false, nil
 }
 
-// handle folds one event into the turn and the reports.
+// handle folds one event into the turn, the transcript and the reports.
 func (r *runner) handle(ev agent.Event, st *turnState) {
+	if e, ok := transcript.FromEvent(ev); ok {
+		r.tr.add(e)
+	}
 	switch ev.Kind {
-	case agent.KindActivity, agent.KindToolUse, agent.KindText:
+	case agent.KindActivity, agent.KindToolUse, agent.KindToolResult, agent.KindText:
 		if r.rep.state() == agentsv1alpha1.ActivityBlocked {
 			r.rep.setActivity(agentsv1alpha1.ActivityActive, "", "", nil)
 		} else {
@@ -674,6 +692,7 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 			return fmt.Errorf("push failed: %w", err)
 		}
 		facts, _ = workspace.ReadFacts(ctx, r.git, r.cfg.Workdir)
+		r.tr.note("pushed %s to %s", shortHash(facts.Head), r.task.Branch)
 		r.rep.update(func() {
 			r.rep.workspace = workspaceReport(facts, r.cfg.Workdir)
 			r.rep.push = &runnerapi.PushReport{Branch: r.task.Branch, Head: facts.Head}
@@ -704,6 +723,7 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 		verb = "opened"
 	}
 	r.notef("pull request #%d %s: %s", pr.Number, verb, pr.URL)
+	r.tr.note("pull request #%d %s: %s", pr.Number, verb, pr.URL)
 	return nil
 }
 
@@ -752,3 +772,5 @@ func (r *runner) push(ctx context.Context) error {
 }
 
 func ptrInt32(v int32) *int32 { return &v }
+
+func shortHash(h string) string { return h[:min(len(h), 12)] }

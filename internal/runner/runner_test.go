@@ -28,6 +28,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/runner"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi/runnerapitest"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 	"github.com/shepherd-dev/shepherd/test/gitserver"
 )
@@ -109,9 +110,11 @@ type harness struct {
 	branch    string
 	stdout    *syncBuffer
 	stderr    *syncBuffer
-	cancel    context.CancelFunc
-	done      chan result
-	spares    *workspace.Spares
+	// raw is the CLI's own output (RunConfig.RawOutput).
+	raw    *syncBuffer
+	cancel context.CancelFunc
+	done   chan result
+	spares *workspace.Spares
 	// host is the agent container's host, served in this process: it runs the fake CLIs as the
 	// pod's agent container would. ready says the checkout step finished (a pod starts its agent
 	// container only then).
@@ -171,7 +174,7 @@ func newHarness(t *testing.T, o options) *harness {
 	t.Helper()
 	g := NewWithT(t)
 	h := &harness{t: t, session: types.NamespacedName{Namespace: "team-a", Name: "fix-widgets"}, branch: o.branch, mode: o.mode,
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, model: o.model, agentHome: o.agentHome}
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}, raw: &syncBuffer{}, model: o.model, agentHome: o.agentHome}
 	var err error
 	h.srv, err = gitserver.New(t.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -284,7 +287,7 @@ func (h *harness) startRunner() {
 		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Listen: "127.0.0.1:0", HostAddr: h.hostAddr,
 			Volume: h.volume(), StateDir: filepath.Join(h.root, "runner", "fix-widgets"), Model: h.model, AgentHome: h.agentHome,
 			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
-			Stdout: h.stdout, Stderr: h.stderr, Spares: h.spares, OnListen: func(a string) { addr <- a }})
+			Stdout: h.stdout, Stderr: h.stderr, RawOutput: h.raw, Spares: h.spares, OnListen: func(a string) { addr <- a }})
 		h.done <- result{code, err}
 	}()
 	h.localAddr = <-addr
@@ -404,9 +407,37 @@ func TestTurnsPushAndPullRequest(t *testing.T) {
 			g.Expect(h.wait()).To(Equal(result{code: 0}))
 			g.Expect(be.Activity(s).State).To(Equal(agentsv1alpha1.ActivityExited))
 
-			// The agent's own output reached stdout (kubectl logs); no credential reached any log,
-			// config or URL; nothing ran the hostile strings through a shell.
-			g.Expect(h.stdout.String()).NotTo(BeEmpty())
+			// The transcript: both turns with their prompts, the agent's words and its tool
+			// calls, in order, the same in the manager's window and on the session's volume.
+			streamed, _, _ := be.Transcripts.Read(s, 0, 0)
+			onDisk := readTranscript(t, filepath.Join(h.root, "runner", "fix-widgets", runner.TranscriptFile))
+			g.Expect(streamed).To(Equal(onDisk))
+			var started, ended []transcript.Entry
+			kinds := map[transcript.Kind]int{}
+			for i, e := range streamed {
+				g.Expect(e.Seq).To(Equal(uint64(i + 1)))
+				kinds[e.Kind]++
+				switch e.Kind {
+				case transcript.KindTurnStarted:
+					started = append(started, e)
+				case transcript.KindTurnEnded:
+					ended = append(ended, e)
+				}
+			}
+			g.Expect(started).To(HaveLen(2))
+			g.Expect(started[0].Text).To(HavePrefix(hostilePrompt))
+			g.Expect(started[1].Text).To(Equal(hostileMessage))
+			g.Expect(started[1].Turn).To(Equal(int32(2)))
+			g.Expect(ended).To(HaveLen(2))
+			g.Expect(ended[1].Text).To(Equal("Handled the follow-up."))
+			g.Expect(kinds[transcript.KindToolCall]).To(BeNumerically(">", 0), "%v", kinds)
+			g.Expect(kinds[transcript.KindNote]).To(BeNumerically(">=", 2), "pushes and the pull request: %v", kinds)
+
+			// The pod's log (stdout) is the readable transcript, not the CLI's JSON; no credential
+			// reached any log, config or URL; nothing ran the hostile strings through a shell.
+			g.Expect(h.stdout.String()).To(ContainSubstring("── turn 2 ──"))
+			g.Expect(h.stdout.String()).To(ContainSubstring("✓ turn 2 ended: Handled the follow-up."))
+			g.Expect(h.stdout.String()).NotTo(ContainSubstring(`{"type":`))
 			for _, text := range []string{h.stdout.String(), h.stderr.String(), readAll(t, h.checkout)} {
 				g.Expect(text).NotTo(ContainSubstring(password))
 			}
@@ -415,6 +446,24 @@ func TestTurnsPushAndPullRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readTranscript reads a transcript file on the volume.
+func readTranscript(t *testing.T, path string) []transcript.Entry {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var es []transcript.Entry
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var e transcript.Entry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("transcript line %q: %v", line, err)
+		}
+		es = append(es, e)
+	}
+	return es
 }
 
 // readAll concatenates the git configuration a credential could have leaked into.

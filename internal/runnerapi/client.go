@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 )
 
 // Client is the runner side of the channel.
@@ -159,6 +161,15 @@ func (c *Client) Ack(ctx context.Context, id string) error {
 func (c *Client) OpenPullRequest(ctx context.Context, req PullRequestRequest) (*PullRequestResult, error) {
 	var res PullRequestResult
 	if err := c.do(ctx, http.MethodPost, PathPullRequest, req, &res, c.timeout()); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Transcript sends a batch of transcript entries; the answer says what the manager held before.
+func (c *Client) Transcript(ctx context.Context, b transcript.Batch) (*transcript.BatchResult, error) {
+	var res transcript.BatchResult
+	if err := c.do(ctx, http.MethodPost, PathTranscript, b, &res, c.timeout()); err != nil {
 		return nil, err
 	}
 	return &res, nil

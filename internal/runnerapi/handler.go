@@ -22,6 +22,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/gitproxy"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 )
 
 // Backend is what the channel means: the AgentSession controller implements it. Every method
@@ -42,6 +43,9 @@ type Backend interface {
 	Ack(ctx context.Context, s Session, id string) error
 	// OpenPullRequest opens the session's pull request or updates its title and body.
 	OpenPullRequest(ctx context.Context, s Session, req PullRequestRequest) (*PullRequestResult, error)
+	// Transcript adds entries to the session's transcript window and returns the highest Seq it
+	// held before them.
+	Transcript(ctx context.Context, s Session, b transcript.Batch) (uint64, error)
 	// GitRemote says where the caller's git goes: its repository with the credentials to add,
 	// and the branch it may push. A checkout pod's caller (no session) gets its Worktree's
 	// repository and no branch.
@@ -157,6 +161,7 @@ func NewHandler(o HandlerOptions) (*Handler, error) {
 	mux.HandleFunc("GET "+PathMessages, h.authed(h.messages))
 	mux.HandleFunc("POST "+PathMessages+"/{id}/ack", h.authed(h.ack))
 	mux.HandleFunc("POST "+PathPullRequest, h.authed(h.limited(newPodLimiter(LimitPullRequest), h.pullRequest)))
+	mux.HandleFunc("POST "+PathTranscript, h.authed(h.limited(newPodLimiter(LimitTranscript), h.transcript)))
 	mux.HandleFunc(PathGit+"/", h.authed(h.limited(newPodLimiter(LimitGit), h.git)))
 	h.mux = mux
 	return h, nil
@@ -425,6 +430,28 @@ func (h *Handler) pullRequest(w http.ResponseWriter, r *http.Request, s Session)
 
 // git forwards smart HTTP to the caller's repository with the Project's credentials, which
 // never leave the manager; pushes go to the session's branch only.
+func (h *Handler) transcript(w http.ResponseWriter, r *http.Request, s Session) {
+	if !s.IsSession() {
+		h.fail(w, http.StatusForbidden, "a checkout pod has no transcript")
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		h.fail(w, http.StatusUnsupportedMediaType, "content type must be application/json")
+		return
+	}
+	b, err := transcript.DecodeBatch(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		h.fail(w, http.StatusBadRequest, "bad transcript batch: "+err.Error())
+		return
+	}
+	before, err := h.o.Backend.Transcript(r.Context(), s, b)
+	if err != nil {
+		h.backendError(w, err)
+		return
+	}
+	h.ok(w, transcript.BatchResult{Before: before})
+}
+
 func (h *Handler) git(w http.ResponseWriter, r *http.Request, s Session) {
 	remote, err := h.o.Backend.GitRemote(r.Context(), s)
 	if err != nil {

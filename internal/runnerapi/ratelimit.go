@@ -18,6 +18,9 @@ import (
 var (
 	// LimitPullRequest: 10 calls at once, then one every 6 seconds.
 	LimitPullRequest = Limit{Every: 6 * time.Second, Burst: 10}
+	// LimitTranscript: 50 batches at once, then ten a second (the runner sends at most one
+	// every 100 ms; a batch holds up to transcript.MaxBatch entries).
+	LimitTranscript = Limit{Every: 100 * time.Millisecond, Burst: 50}
 	// LimitGit: 30 requests at once (a clone is 2 or 3), then one a second.
 	LimitGit = Limit{Every: time.Second, Burst: 30}
 )

@@ -12,6 +12,7 @@
 //	GET  /runner/v1/messages?wait=30s     pending follow-up messages (long poll)
 //	POST /runner/v1/messages/{id}/ack     the message was delivered to the agent
 //	POST /runner/v1/pullrequest           open or update the session's pull request
+//	POST /runner/v1/transcript            transcript entries (internal/transcript), in order
 //	GET|POST /runner/v1/git/...           git smart HTTP to the session's repository (credentials
 //	                                      added by the manager; pushes to the session's branch only)
 package runnerapi
@@ -36,6 +37,7 @@ const (
 	PathReports     = "/runner/v1/reports"
 	PathMessages    = "/runner/v1/messages"
 	PathPullRequest = "/runner/v1/pullrequest"
+	PathTranscript  = "/runner/v1/transcript"
 	// PathGit prefixes git's smart HTTP to the caller's repository: the manager forwards it to
 	// the forge with the Project's credentials, which never leave the manager.
 	PathGit = "/runner/v1/git"

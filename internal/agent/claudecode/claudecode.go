@@ -99,13 +99,24 @@ func (Adapter) NewParser() agent.Parser { return &parser{} }
 type parser struct {
 	sawResult bool
 	lines     int
+	// tools names the tool of each call id seen, for its result; bounded by maxToolIDs.
+	tools map[string]string
 }
+
+// maxToolIDs bounds the call ids a parser remembers (a turn makes tens of calls).
+const maxToolIDs = 4096
 
 type contentBlock struct {
 	Type  string          `json:"type"`
 	Text  string          `json:"text"`
+	ID    string          `json:"id"`
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
+	// tool_result: the call it answers, its content (a string or text blocks), and whether the
+	// tool failed.
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+	IsError   bool            `json:"is_error"`
 }
 
 type message struct {
@@ -204,6 +215,12 @@ func (p *parser) Line(raw []byte) []agent.Event {
 					events = append(events, agent.Event{Kind: agent.KindText, Text: b.Text})
 				}
 			case "tool_use":
+				if p.tools == nil {
+					p.tools = map[string]string{}
+				}
+				if len(p.tools) < maxToolIDs && b.ID != "" {
+					p.tools[b.ID] = b.Name
+				}
 				events = append(events, agent.Event{Kind: agent.KindToolUse, Tool: b.Name, Text: clip.To(string(b.Input), 512)})
 				if b.Name == AskTool {
 					if q := askQuestion(b.Input); q != "" {
@@ -214,7 +231,21 @@ func (p *parser) Line(raw []byte) []agent.Event {
 		}
 		return events
 	case "user":
-		return []agent.Event{{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}}
+		events := []agent.Event{{Kind: agent.KindActivity, State: agentsv1alpha1.ActivityActive}}
+		var msg message
+		if len(l.Message) == 0 || l.Message[0] != '{' {
+			return events
+		}
+		if _, err := agent.DecodeLenient(l.Message, &msg); err != nil {
+			return events
+		}
+		for _, b := range msg.Content {
+			if b.Type == "tool_result" {
+				events = append(events, agent.Event{Kind: agent.KindToolResult, Tool: p.tools[b.ToolUseID],
+					Text: clip.To(resultText(b.Content), agent.MaxToolResult), IsError: b.IsError})
+			}
+		}
+		return events
 	case "result":
 		p.sawResult = true
 		var events []agent.Event
@@ -289,6 +320,25 @@ func askQuestion(input json.RawMessage) string {
 		}
 	}
 	return clip.To(strings.Join(qs, "\n"), 4096)
+}
+
+// resultText is a tool_result's content: a string, or the text of its blocks.
+func resultText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var blocks []contentBlock
+	if json.Unmarshal(raw, &blocks) != nil {
+		return ""
+	}
+	var texts []string
+	for _, b := range blocks {
+		if b.Type == "text" {
+			texts = append(texts, b.Text)
+		}
+	}
+	return strings.Join(texts, "\n")
 }
 
 func errorText(raw json.RawMessage) string {

@@ -140,6 +140,7 @@ type item struct {
 	Type     string `json:"type"`
 	Text     string `json:"text"`
 	Command  string `json:"command"`
+	Output   string `json:"aggregated_output"`
 	Status   string `json:"status"`
 	ExitCode *int   `json:"exit_code"`
 	Message  string `json:"message"`
@@ -237,7 +238,9 @@ func (p *parser) completed(it item) []agent.Event {
 		if it.Status == "declined" {
 			return []agent.Event{{Kind: agent.KindError, Denied: true, Text: "command declined: " + clip.To(it.Command, 300)}}
 		}
-		return []agent.Event{active}
+		failed := it.Status == "failed" || (it.ExitCode != nil && *it.ExitCode != 0)
+		return []agent.Event{active, {Kind: agent.KindToolResult, Tool: "command_execution",
+			Text: clip.To(it.Output, agent.MaxToolResult), IsError: failed}}
 	case "file_change":
 		var paths []string
 		for _, c := range it.Changes {

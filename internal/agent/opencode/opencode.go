@@ -177,6 +177,7 @@ type line struct {
 		State *struct {
 			Status string          `json:"status"`
 			Input  json.RawMessage `json:"input"`
+			Output string          `json:"output"`
 			Error  string          `json:"error"`
 		} `json:"state"`
 	} `json:"part"`
@@ -251,6 +252,15 @@ func (p *parser) Line(raw []byte) []agent.Event {
 				ev.Text = clip.To(string(l.Part.State.Input), 512)
 			}
 			events = append(events, active, ev)
+			// OpenCode prints a tool part once it finished: its output (or error) comes with it.
+			if st := l.Part.State; st != nil && (st.Status == "completed" || st.Status == "error") {
+				out := st.Output
+				if st.Status == "error" {
+					out = st.Error
+				}
+				events = append(events, agent.Event{Kind: agent.KindToolResult, Tool: l.Part.Tool,
+					Text: clip.To(out, agent.MaxToolResult), IsError: st.Status == "error"})
+			}
 			if l.Part.State != nil && l.Part.State.Status == "error" && strings.Contains(l.Part.State.Error, "rejected") {
 				events = append(events, agent.Event{Kind: agent.KindError, Denied: true, Text: l.Part.Tool + ": " + l.Part.State.Error})
 			}

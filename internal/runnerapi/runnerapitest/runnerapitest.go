@@ -27,6 +27,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 )
 
 // MemoryBackend is a runnerapi.Backend that keeps everything in memory, with the semantics the
@@ -45,6 +46,8 @@ type MemoryBackend struct {
 	prErr error
 	// OnMessage is called after AddMessage (wire it to Handler.Wake).
 	OnMessage func(types.NamespacedName)
+	// Transcripts holds what runners streamed, a window per session as the manager keeps it.
+	Transcripts transcript.Store
 }
 
 // NewMemoryBackend returns an empty backend.
@@ -195,6 +198,17 @@ func (b *MemoryBackend) Ack(_ context.Context, s runnerapi.Session, id string) e
 	b.pending[s.NamespacedName] = slices.Delete(msgs, i, i+1)
 	b.acked[s.NamespacedName] = append(b.acked[s.NamespacedName], id)
 	return nil
+}
+
+// Transcript implements runnerapi.Backend.
+func (b *MemoryBackend) Transcript(_ context.Context, s runnerapi.Session, batch transcript.Batch) (uint64, error) {
+	b.mu.Lock()
+	_, ok := b.tasks[s.NamespacedName]
+	b.mu.Unlock()
+	if !ok {
+		return 0, fmt.Errorf("session %s: %w", s.NamespacedName, runnerapi.ErrNotFound)
+	}
+	return b.Transcripts.Append(s.NamespacedName, s.OwnerUID, batch.Entries), nil
 }
 
 // SetPullRequestError makes OpenPullRequest answer err (nil: answer normally again). Refused
