@@ -15,6 +15,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/runnertls"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
 	"github.com/shepherd-dev/shepherd/internal/transcript"
 )
@@ -36,6 +37,11 @@ type Deps struct {
 	Reports *ReportStore
 	// Transcripts holds each session's transcript window, streamed by its runner.
 	Transcripts *transcript.Store
+	// runnerCerts is the runner channel's serving certificate (nil without TLS), which the UI
+	// server shares; onCA hears of a new runner CA (the APIService's caBundle follows it).
+	runnerCerts *runnertls.Certificates
+	caMu        sync.Mutex
+	onCA        []func()
 	// Deliveries collects notification results for the sessions and the Projects' status.
 	Deliveries *deliveryResults
 	// Now is the clock (time.Now in production; tests may inject one).
@@ -115,4 +121,20 @@ func (d *Deps) now() time.Time {
 		return d.Now()
 	}
 	return time.Now()
+}
+
+// caChanged tells the listeners that the runner CA changed.
+func (d *Deps) caChanged() {
+	d.caMu.Lock()
+	fs := append([]func(){}, d.onCA...)
+	d.caMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+func (d *Deps) onCAChange(f func()) {
+	d.caMu.Lock()
+	defer d.caMu.Unlock()
+	d.onCA = append(d.onCA, f)
 }

@@ -56,6 +56,11 @@ type Config struct {
 	// ActionHook is called around every action of a session's decision (tests only: the
 	// crash-point harness stops the manager there).
 	ActionHook ActionHook
+	// UIBindAddress serves the aggregated API of transcripts and the dashboard (":9445", behind
+	// the APIService v1alpha1.ui.agents.shepherd.dev); "0" or empty disables it. It needs
+	// RunnerTLSNames (its certificate is the runner channel's, whose names must include the UI
+	// Service's) and the API server's aggregation layer.
+	UIBindAddress string
 	// LeaderLease is the leader-election Lease when the manager runs under leader election:
 	// every replica then serves the runner channel and the webhook receiver, a standby
 	// forwarding each request to the leader the Lease names (LeaderLabels).
@@ -90,6 +95,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 		return nil, err
 	}
 	if err := setupWebhooks(mgr, cfg, deps, locator); err != nil {
+		return nil, err
+	}
+	if err := setupUI(ctx, mgr, cfg, deps); err != nil {
 		return nil, err
 	}
 
@@ -192,8 +200,12 @@ func setupRunnerChannel(ctx context.Context, mgr ctrl.Manager, cfg Config, deps 
 	if len(cfg.RunnerTLSNames) > 0 {
 		certs := &runnertls.Certificates{}
 		deps.RunnerCA = newRunnerCA()
+		deps.runnerCerts = certs
 		sync := &certSync{client: mgr.GetClient(), reader: mgr.GetAPIReader(), namespace: cfg.ManagerNamespace, names: cfg.RunnerTLSNames,
-			certs: certs, ca: deps.RunnerCA, now: deps.now, onCA: func() { requeueAllProjects(ctx, mgr.GetClient(), projectEvents) }}
+			certs: certs, ca: deps.RunnerCA, now: deps.now, onCA: func() {
+				requeueAllProjects(ctx, mgr.GetClient(), projectEvents)
+				deps.caChanged()
+			}}
 		if err := mgr.Add(sync); err != nil {
 			return nil, fmt.Errorf("add runner TLS: %w", err)
 		}

@@ -35,11 +35,11 @@ func fieldsOf(u *unstructured.Unstructured, mf metav1.ManagedFieldsEntry) (map[s
 	return f, nil
 }
 
-// owned reads FieldManager's apply entry of u's managedFields.
-func owned(u *unstructured.Unstructured) (ownedFields, error) {
+// owned reads manager's apply entry of u's managedFields.
+func owned(u *unstructured.Unstructured, manager string) (ownedFields, error) {
 	o := ownedFields{messages: map[string]bool{}, annotations: map[string]bool{}}
 	for _, mf := range u.GetManagedFields() {
-		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.Subresource != "" || mf.FieldsV1 == nil {
+		if mf.Manager != manager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.Subresource != "" || mf.FieldsV1 == nil {
 			continue
 		}
 		f, err := fieldsOf(u, mf)
@@ -69,9 +69,9 @@ type change struct {
 	annotations map[string]string // metadata.annotations
 }
 
-// intent is the apply configuration: what FieldManager owns on live, with c on top.
-func intent(live *unstructured.Unstructured, c change) (*unstructured.Unstructured, error) {
-	own, err := owned(live)
+// intent is the apply configuration: what manager owns on live, with c on top.
+func intent(live *unstructured.Unstructured, c change, manager string) (*unstructured.Unstructured, error) {
+	own, err := owned(live, manager)
 	if err != nil {
 		return nil, err
 	}
@@ -128,13 +128,17 @@ var declarativeManagers = map[string]bool{
 	"helm-controller": true, "helm": true, "flux": true,
 }
 
-// declaredElsewhere reports whether a manager other than FieldManager declares one of the
+// steeringManagers are the field managers of people steering a session (this plugin and the
+// dashboard): what one of them wrote is not a declaration the other must respect.
+var steeringManagers = map[string]bool{FieldManager: true, DashboardFieldManager: true}
+
+// declaredElsewhere reports whether a manager other than the steering ones declares one of the
 // fields c sets: an apply, or an update by a declarative tool. A field only an imperative
 // write owns (the creator's defaulted spec.state, a `kubectl patch`) is taken over without
 // asking: nobody will set it back.
 func declaredElsewhere(live *unstructured.Unstructured, c change) (bool, error) {
 	for _, mf := range live.GetManagedFields() {
-		if mf.Manager == FieldManager || mf.Subresource != "" || mf.FieldsV1 == nil {
+		if steeringManagers[mf.Manager] || mf.Subresource != "" || mf.FieldsV1 == nil {
 			continue
 		}
 		if mf.Operation != metav1.ManagedFieldsOperationApply && !declarativeManagers[mf.Manager] {
@@ -156,10 +160,10 @@ func declaredElsewhere(live *unstructured.Unstructured, c change) (bool, error) 
 	return false, nil
 }
 
-// apply applies c to the session as FieldManager. A field another manager declares is not
-// taken unless force: the server reports the conflict when the values differ.
+// apply applies c to the session as the env's field manager. A field another manager declares
+// is not taken unless force: the server reports the conflict when the values differ.
 func (e *env) apply(ctx context.Context, live *unstructured.Unstructured, c change, force bool) error {
-	obj, err := intent(live, c)
+	obj, err := intent(live, c, e.manager())
 	if err != nil {
 		return err
 	}
@@ -168,7 +172,7 @@ func (e *env) apply(ctx context.Context, live *unstructured.Unstructured, c chan
 		return err
 	}
 	force = force || !declared
-	_, err = e.sessions(live.GetNamespace()).Apply(ctx, live.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: force})
+	_, err = e.sessions(live.GetNamespace()).Apply(ctx, live.GetName(), obj, metav1.ApplyOptions{FieldManager: e.manager(), Force: force})
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("%w: %s\nThe field is declared by another manager (GitOps keeps it in Git): change it there, or pass --force to take it over here (that tool will set it back on its next sync)", ErrConflict, conflictFields(err))
 	}

@@ -23,8 +23,12 @@ import (
 // Version is the plugin's release, set by the release build (-ldflags -X).
 var Version = "dev"
 
-// FieldManager owns what the plugin writes.
-const FieldManager = "kubectl-shepherd"
+// FieldManager owns what the plugin writes; DashboardFieldManager what the dashboard writes
+// for its users (Steerer).
+const (
+	FieldManager          = "kubectl-shepherd"
+	DashboardFieldManager = "shepherd-dashboard"
+)
 
 // requestTimeout bounds each command's API calls (kubectl's --request-timeout bounds each one).
 const requestTimeout = time.Minute
@@ -53,6 +57,15 @@ type env struct {
 	kube kubernetes.Interface
 	ns   string
 	out  io.Writer
+	// fieldManager writes; empty is FieldManager.
+	fieldManager string
+}
+
+func (e *env) manager() string {
+	if e.fieldManager != "" {
+		return e.fieldManager
+	}
+	return FieldManager
 }
 
 func (o *Options) env() (*env, error) {
@@ -85,7 +98,7 @@ func (e *env) sessions(ns string) dynamic.ResourceInterface {
 }
 
 func (e *env) now() time.Time {
-	if e.opts.Now != nil {
+	if e.opts != nil && e.opts.Now != nil {
 		return e.opts.Now()
 	}
 	return time.Now()
@@ -112,7 +125,7 @@ Writes are server-side applies by the field manager "` + FieldManager + `".`,
 	flags := root.PersistentFlags()
 	flags.StringVar(&o.Loading.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file.")
 	clientcmd.BindOverrideFlags(o.Overrides, flags, clientcmd.RecommendedConfigOverrideFlags(""))
-	root.AddCommand(newGet(o), newDescribe(o), newSend(o), newAnswer(o), newApprove(o),
+	root.AddCommand(newGet(o), newDescribe(o), newLogs(o), newSend(o), newAnswer(o), newApprove(o),
 		newSetState(o, "stop", agentsv1alpha1.SessionStopped), newSetState(o, "restore", agentsv1alpha1.SessionRunning), newSpawn(o),
 		&cobra.Command{Use: "version", Short: "Print the plugin's version", Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(o.Streams.Out, Version)

@@ -170,24 +170,11 @@ Shepherd merges that head, and only it, once the pull request is mergeable and i
 a push after the approval needs a new one.`,
 		Args: cobra.ExactArgs(1),
 		RunE: run(o, func(ctx context.Context, e *env, args []string) error {
-			live, s, err := e.session(ctx, args[0])
+			msg, err := e.approve(ctx, args[0], head, force)
 			if err != nil {
 				return err
 			}
-			pr := s.Status.PullRequest
-			if pr == nil || pr.HeadSHA == "" {
-				return fmt.Errorf("session %s has no pull request to approve yet (phase %s)", args[0], orDash(string(s.Status.Phase)))
-			}
-			if pr.State != "" && pr.State != agentsv1alpha1.PullRequestOpen {
-				return fmt.Errorf("session %s's pull request is %s, not open", args[0], pr.State)
-			}
-			if head != "" && !strings.HasPrefix(pr.HeadSHA, head) {
-				return fmt.Errorf("the pull request's head is now %s, not %s: review it again", short(pr.HeadSHA), head)
-			}
-			if err := e.apply(ctx, live, change{annotations: map[string]string{agentsv1alpha1.ApprovedHeadAnnotation: pr.HeadSHA}}, force); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(e.out, "approved head %s of %s; Shepherd merges it once its checks pass\n", short(pr.HeadSHA), orDash(pr.URL))
+			_, err = fmt.Fprintln(e.out, msg)
 			return err
 		}),
 	}
@@ -207,23 +194,53 @@ func newSetState(o *Options, verb string, state agentsv1alpha1.SessionState) *co
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: run(o, func(ctx context.Context, e *env, args []string) error {
-			live, s, err := e.session(ctx, args[0])
+			msg, err := e.setState(ctx, args[0], state, force)
 			if err != nil {
 				return err
 			}
-			if s.Spec.State == state || (s.Spec.State == "" && state == agentsv1alpha1.SessionRunning) {
-				_, err := fmt.Fprintf(e.out, "session %s is already %s\n", args[0], state)
-				return err
-			}
-			if err := e.apply(ctx, live, change{state: string(state)}, force); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(e.out, "session %s: spec.state %s\n", args[0], state)
+			_, err = fmt.Fprintln(e.out, msg)
 			return err
 		}),
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "Take spec.state over from another field manager (a GitOps tool sets it back on its next sync).")
 	return cmd
+}
+
+// approve approves the pull request's head (head, when set, must prefix it).
+func (e *env) approve(ctx context.Context, name, head string, force bool) (string, error) {
+	live, s, err := e.session(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	pr := s.Status.PullRequest
+	if pr == nil || pr.HeadSHA == "" {
+		return "", fmt.Errorf("session %s has no pull request to approve yet (phase %s)", name, orDash(string(s.Status.Phase)))
+	}
+	if pr.State != "" && pr.State != agentsv1alpha1.PullRequestOpen {
+		return "", fmt.Errorf("session %s's pull request is %s, not open", name, pr.State)
+	}
+	if head != "" && !strings.HasPrefix(pr.HeadSHA, head) {
+		return "", fmt.Errorf("the pull request's head is now %s, not %s: review it again", short(pr.HeadSHA), head)
+	}
+	if err := e.apply(ctx, live, change{annotations: map[string]string{agentsv1alpha1.ApprovedHeadAnnotation: pr.HeadSHA}}, force); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("approved head %s of %s; Shepherd merges it once its checks pass", short(pr.HeadSHA), orDash(pr.URL)), nil
+}
+
+// setState sets spec.state.
+func (e *env) setState(ctx context.Context, name string, state agentsv1alpha1.SessionState, force bool) (string, error) {
+	live, s, err := e.session(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if s.Spec.State == state || (s.Spec.State == "" && state == agentsv1alpha1.SessionRunning) {
+		return fmt.Sprintf("session %s is already %s", name, state), nil
+	}
+	if err := e.apply(ctx, live, change{state: string(state)}, force); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("session %s: spec.state %s", name, state), nil
 }
 
 type spawnOptions struct {

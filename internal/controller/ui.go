@@ -1,0 +1,156 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
+	"github.com/shepherd-dev/shepherd/internal/ui"
+)
+
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;patch,resourceNames=v1alpha1.ui.agents.shepherd.dev
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// The API server's front-proxy settings, as every aggregated API server reads them (the
+// informers ask for this one name, which resourceNames allow for list and watch too).
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch,resourceNames=extension-apiserver-authentication
+
+var apiServiceGVK = schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"}
+
+// setupUI adds the aggregated API server (transcripts and the dashboard) and keeps the
+// APIService's caBundle on the runner CA that signs its certificate. It serves on the leader,
+// which holds the transcript windows.
+func setupUI(ctx context.Context, mgr ctrl.Manager, cfg Config, deps *Deps) error {
+	if cfg.UIBindAddress == "" || cfg.UIBindAddress == "0" {
+		return nil
+	}
+	if deps.runnerCerts == nil {
+		return errors.New("the UI server needs the runner channel's TLS (--runner-tls): its certificate is the channel's")
+	}
+	delegated, err := ui.NewDelegated(ctx, mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	srv, err := ui.NewServer(ui.Options{Sessions: mgr.GetClient(), Transcripts: deps.Transcripts,
+		Authenticator: delegated.Authenticator, Authorizer: delegated.Authorizer,
+		Steer: &kubectlplugin.Steerer{Dynamic: dyn, Kube: kube}, CSRFKey: key, Now: deps.now, Log: mgr.GetLogger().WithName("ui")})
+	if err != nil {
+		return err
+	}
+	// The API server's front proxy shows its client certificate; the authenticator checks it
+	// against the front-proxy CA (a request without one is only accepted with a bearer token
+	// the API server reviews).
+	tlsCfg := deps.runnerCerts.ServerConfig().Clone()
+	tlsCfg.ClientAuth = tls.RequestClientCert
+	tlsCfg.NextProtos = []string{"http/1.1"}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { delegated.Run(ctx); return nil })); err != nil {
+		return err
+	}
+	if err := mgr.Add(&httpServer{name: "ui", addr: cfg.UIBindAddress, handler: srv, tls: tlsCfg, ready: deps.RunnerCA.wait, cancelOnStop: true}); err != nil {
+		return err
+	}
+	inject := &caBundleInjector{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ca: deps.RunnerCA, kick: make(chan struct{}, 1), log: mgr.GetLogger().WithName("ui")}
+	deps.onCAChange(inject.poke)
+	return mgr.Add(inject)
+}
+
+// caBundleInjector writes the runner CA into the APIService's caBundle, at start and whenever
+// the CA changes, so the API server verifies the UI server's certificate (no cert-manager
+// needed). An APIService that does not exist (the UI is not installed) is left alone.
+type caBundleInjector struct {
+	client client.Client
+	// reader reads the APIService from the API server (the manager may get that one object,
+	// not list or watch APIServices).
+	reader client.Reader
+	ca     *runnerCA
+	kick   chan struct{}
+	log    interface {
+		Info(string, ...any)
+		Error(error, string, ...any)
+	}
+}
+
+func (c *caBundleInjector) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start implements manager.Runnable; it runs on every replica (any may write it first: they
+// write the same CA).
+func (c *caBundleInjector) Start(ctx context.Context) error {
+	select {
+	case <-c.ca.wait:
+	case <-ctx.Done():
+		return nil
+	}
+	// A retry a minute covers an APIService created after the manager started.
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		if err := c.inject(ctx); err != nil {
+			c.log.Error(err, "Write the UI APIService's caBundle")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.kick:
+		case <-t.C:
+		}
+	}
+}
+
+func (c *caBundleInjector) NeedLeaderElection() bool { return false }
+
+func (c *caBundleInjector) inject(ctx context.Context) error {
+	pem := c.ca.get()
+	if len(pem) == 0 {
+		return nil
+	}
+	svc := &unstructured.Unstructured{}
+	svc.SetGroupVersionKind(apiServiceGVK)
+	if err := c.reader.Get(ctx, types.NamespacedName{Name: ui.APIServiceName}, svc); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return nil
+		}
+		return err
+	}
+	want := base64.StdEncoding.EncodeToString(pem)
+	if got, _, _ := unstructured.NestedString(svc.Object, "spec", "caBundle"); got == want {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"caBundle": want}})
+	if err := c.client.Patch(ctx, svc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("patch APIService %s: %w", ui.APIServiceName, err)
+	}
+	c.log.Info("Wrote the runner CA into the UI APIService's caBundle", "apiService", ui.APIServiceName)
+	return nil
+}
