@@ -158,6 +158,8 @@ type options struct {
 	deniedCIDRs      string
 	runnerImage      string
 	agentImages      string
+	uiAddr           string
+	uiService        string
 	imagePullPolicy  string
 
 	kubeAPIQPS    float64
@@ -180,6 +182,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.runnerTLSNames, "runner-tls-names", "", "More DNS names or IP addresses for the runner channel's certificate (comma-separated), besides the runner Service's names and cluster IP and --runner-url's host.")
 	fs.StringVar(&o.managerPodLabels, "manager-pod-labels", "app.kubernetes.io/name=shepherd,app.kubernetes.io/component=manager",
 		"Labels of the manager's own pods (key=value,...): a Project's egress NetworkPolicy lets agent pods reach the pods with these labels in $POD_NAMESPACE on the runner port.")
+	fs.StringVar(&o.uiAddr, "ui-bind-address", "0", "Address the transcript API and dashboard bind to (an aggregated API: the APIService v1alpha1.ui.agents.shepherd.dev sends the API server's requests to --ui-service); \"0\" disables it. Needs --runner-tls (the certificate is the runner channel's) and the API server's aggregation layer.")
+	fs.StringVar(&o.uiService, "ui-service", "shepherd-api", "Service (in $POD_NAMESPACE) the APIService names: its DNS names go into the certificate.")
 	fs.StringVar(&o.webhookAddr, "webhook-bind-address", ":8091", "Address the forge webhook receiver binds to; \"0\" disables it.")
 	fs.Int64Var(&o.webhookMaxBody, "webhook-max-body-bytes", webhook.DefaultMaxBody, "Largest webhook delivery the receiver reads; larger ones are answered 413 (polling still sees their change).")
 	fs.StringVar(&o.runnerURL, "runner-url", "", "URL of the runner channel as agent pods reach it; empty derives it from --runner-service.")
@@ -318,6 +322,10 @@ func run(o options) error {
 				tlsNames = append(tlsNames, n)
 			}
 		}
+		if o.uiAddr != "0" && o.uiAddr != "" {
+			ns := os.Getenv("POD_NAMESPACE")
+			tlsNames = append(tlsNames, o.uiService+"."+ns+".svc", o.uiService+"."+ns+".svc.cluster.local")
+		}
 		if !strings.HasPrefix(o.runnerURL, "https://") {
 			return fmt.Errorf("--runner-url %q must be https:// while --runner-tls is on", o.runnerURL)
 		}
@@ -424,6 +432,8 @@ func run(o options) error {
 		},
 		RunnerBindAddress:  o.runnerAddr,
 		RunnerTLSNames:     tlsNames,
+		UIBindAddress:      o.uiAddr,
+		PodName:            os.Getenv("POD_NAME"),
 		LeaderLease:        leaderLease,
 		WebhookBindAddress: o.webhookAddr,
 		WebhookMaxBody:     o.webhookMaxBody,

@@ -206,6 +206,11 @@ func templatize(t *tpl, o object, sc scope, labelsArg string) error {
 		}
 	}
 	switch kind, name := str(o, "kind"), str(o, "metadata", "name"); {
+	case kind == "APIService":
+		// The UI's APIService names the release's Service.
+		if svc := child(o, "spec", "service"); svc["namespace"] == installNamespace {
+			svc["namespace"] = t.inline("$.Release.Namespace")
+		}
 	case kind == "Deployment" && name == "shepherd-manager":
 		return templatizeDeployment(t, o, "manager", "$.Values.manager", map[string]string{
 			"--kube-api-qps=":              "$.Values.manager.kubeAPI.qps",

@@ -61,6 +61,8 @@ type Config struct {
 	// RunnerTLSNames (its certificate is the runner channel's, whose names must include the UI
 	// Service's) and the API server's aggregation layer.
 	UIBindAddress string
+	// PodName is this replica's pod (in ManagerNamespace): the leader labels it LabelUIServing.
+	PodName string
 	// LeaderLease is the leader-election Lease when the manager runs under leader election:
 	// every replica then serves the runner channel and the webhook receiver, a standby
 	// forwarding each request to the leader the Lease names (LeaderLabels).

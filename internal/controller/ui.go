@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
 	"github.com/shepherd-dev/shepherd/internal/ui"
@@ -34,23 +33,60 @@ var apiServiceGVK = schema.GroupVersionKind{Group: "apiregistration.k8s.io", Ver
 
 // setupUI adds the aggregated API server (transcripts and the dashboard) and keeps the
 // APIService's caBundle on the runner CA that signs its certificate. It serves on the leader,
-// which holds the transcript windows.
-func setupUI(ctx context.Context, mgr ctrl.Manager, cfg Config, deps *Deps) error {
+// which holds the transcript windows. A cluster whose API server has no aggregation layer gets
+// an error in the log and no UI; reconciling goes on.
+func setupUI(_ context.Context, mgr ctrl.Manager, cfg Config, deps *Deps) error {
 	if cfg.UIBindAddress == "" || cfg.UIBindAddress == "0" {
 		return nil
 	}
 	if deps.runnerCerts == nil {
 		return errors.New("the UI server needs the runner channel's TLS (--runner-tls): its certificate is the channel's")
 	}
-	delegated, err := ui.NewDelegated(ctx, mgr.GetConfig())
+	if err := mgr.Add(&uiServer{mgr: mgr, addr: cfg.UIBindAddress, deps: deps}); err != nil {
+		return err
+	}
+	if cfg.PodName != "" && cfg.ManagerNamespace != "" {
+		if err := mgr.Add(&uiServingLabel{client: mgr.GetClient(), pod: types.NamespacedName{Namespace: cfg.ManagerNamespace, Name: cfg.PodName},
+			elected: mgr.Elected(), log: mgr.GetLogger().WithName("ui")}); err != nil {
+			return err
+		}
+	}
+	inject := &caBundleInjector{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ca: deps.RunnerCA, kick: make(chan struct{}, 1), log: mgr.GetLogger().WithName("ui")}
+	deps.onCAChange(inject.poke)
+	return mgr.Add(inject)
+}
+
+// uiServer reads how the API server vouches for users, then serves the UI until ctx ends.
+type uiServer struct {
+	mgr  ctrl.Manager
+	addr string
+	deps *Deps
+}
+
+func (u *uiServer) Start(ctx context.Context) error {
+	log := u.mgr.GetLogger().WithName("ui")
+	var delegated *ui.Delegated
+	for {
+		var err error
+		if delegated, err = ui.NewDelegated(ctx, u.mgr.GetConfig()); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Error(err, "The transcript API and dashboard cannot start yet; trying again in a minute")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Minute):
+		}
+	}
+	go delegated.Run(ctx)
+	dyn, err := dynamic.NewForConfig(u.mgr.GetConfig())
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(mgr.GetConfig())
+	kube, err := kubernetes.NewForConfig(u.mgr.GetConfig())
 	if err != nil {
 		return err
 	}
@@ -58,28 +94,24 @@ func setupUI(ctx context.Context, mgr ctrl.Manager, cfg Config, deps *Deps) erro
 	if _, err := rand.Read(key); err != nil {
 		return err
 	}
-	srv, err := ui.NewServer(ui.Options{Sessions: mgr.GetClient(), Transcripts: deps.Transcripts,
+	srv, err := ui.NewServer(ui.Options{Sessions: u.mgr.GetClient(), Transcripts: u.deps.Transcripts,
 		Authenticator: delegated.Authenticator, Authorizer: delegated.Authorizer,
-		Steer: &kubectlplugin.Steerer{Dynamic: dyn, Kube: kube}, CSRFKey: key, Now: deps.now, Log: mgr.GetLogger().WithName("ui")})
+		Steer: &kubectlplugin.Steerer{Dynamic: dyn, Kube: kube}, CSRFKey: key, Now: u.deps.now, Log: log})
 	if err != nil {
 		return err
 	}
 	// The API server's front proxy shows its client certificate; the authenticator checks it
 	// against the front-proxy CA (a request without one is only accepted with a bearer token
 	// the API server reviews).
-	tlsCfg := deps.runnerCerts.ServerConfig().Clone()
+	tlsCfg := u.deps.runnerCerts.ServerConfig().Clone()
 	tlsCfg.ClientAuth = tls.RequestClientCert
 	tlsCfg.NextProtos = []string{"http/1.1"}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { delegated.Run(ctx); return nil })); err != nil {
-		return err
-	}
-	if err := mgr.Add(&httpServer{name: "ui", addr: cfg.UIBindAddress, handler: srv, tls: tlsCfg, ready: deps.RunnerCA.wait, cancelOnStop: true}); err != nil {
-		return err
-	}
-	inject := &caBundleInjector{client: mgr.GetClient(), reader: mgr.GetAPIReader(), ca: deps.RunnerCA, kick: make(chan struct{}, 1), log: mgr.GetLogger().WithName("ui")}
-	deps.onCAChange(inject.poke)
-	return mgr.Add(inject)
+	hs := &httpServer{name: "ui", addr: u.addr, handler: srv, tls: tlsCfg, ready: u.deps.RunnerCA.wait, cancelOnStop: true}
+	return hs.Start(ctx)
 }
+
+// NeedLeaderElection: the leader holds the transcript windows.
+func (u *uiServer) NeedLeaderElection() bool { return true }
 
 // caBundleInjector writes the runner CA into the APIService's caBundle, at start and whenever
 // the CA changes, so the API server verifies the UI server's certificate (no cert-manager
@@ -153,4 +185,57 @@ func (c *caBundleInjector) inject(ctx context.Context) error {
 	}
 	c.log.Info("Wrote the runner CA into the UI APIService's caBundle", "apiService", ui.APIServiceName)
 	return nil
+}
+
+// LabelUIServing marks the manager pod that serves the UI (the leader): the UI Service selects it.
+const LabelUIServing = "agents.shepherd.dev/ui-serving"
+
+// uiServingLabel drops LabelUIServing from this replica's pod as it starts (a container restarted
+// after it lost the lease keeps its pod, and the label), and sets it once elected.
+type uiServingLabel struct {
+	client  client.Client
+	pod     types.NamespacedName
+	elected <-chan struct{}
+	log     interface {
+		Info(string, ...any)
+		Error(error, string, ...any)
+	}
+}
+
+func (l *uiServingLabel) NeedLeaderElection() bool { return false }
+
+func (l *uiServingLabel) Start(ctx context.Context) error {
+	if err := l.set(ctx, nil); err != nil {
+		l.log.Error(err, "Drop the UI label from this replica's pod", "pod", l.pod)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-l.elected:
+	}
+	v := "true"
+	for {
+		err := l.set(ctx, &v)
+		if err == nil {
+			l.log.Info("Serving the UI: labelled this replica's pod", "pod", l.pod, "label", LabelUIServing)
+			return nil
+		}
+		l.log.Error(err, "Label this replica's pod as the UI's; trying again", "pod", l.pod)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// set writes the label (nil removes it) with a merge patch.
+func (l *uiServingLabel) set(ctx context.Context, v *string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{LabelUIServing: v}}})
+	pod := &unstructured.Unstructured{}
+	pod.SetAPIVersion("v1")
+	pod.SetKind("Pod")
+	pod.SetNamespace(l.pod.Namespace)
+	pod.SetName(l.pod.Name)
+	return client.IgnoreNotFound(l.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)))
 }
