@@ -159,6 +159,7 @@ type options struct {
 	runnerImage      string
 	agentImages      string
 	uiAddr           string
+	dashboardURL     string
 	uiService        string
 	imagePullPolicy  string
 
@@ -183,6 +184,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.managerPodLabels, "manager-pod-labels", "app.kubernetes.io/name=shepherd,app.kubernetes.io/component=manager",
 		"Labels of the manager's own pods (key=value,...): a Project's egress NetworkPolicy lets agent pods reach the pods with these labels in $POD_NAMESPACE on the runner port.")
 	fs.StringVar(&o.uiAddr, "ui-bind-address", "0", "Address the transcript API and dashboard bind to (an aggregated API: the APIService v1alpha1.ui.agents.shepherd.dev sends the API server's requests to --ui-service); \"0\" disables it. Needs --runner-tls (the certificate is the runner channel's) and the API server's aggregation layer.")
+	fs.StringVar(&o.dashboardURL, "dashboard-url", "http://127.0.0.1:8001", "Where people reach the API server's paths for the dashboard: notifications link each session's page under it (the default is `kubectl shepherd dashboard`'s address); empty links none.")
 	fs.StringVar(&o.uiService, "ui-service", "shepherd-api", "Service (in $POD_NAMESPACE) the APIService names: its DNS names go into the certificate.")
 	fs.StringVar(&o.webhookAddr, "webhook-bind-address", ":8091", "Address the forge webhook receiver binds to; \"0\" disables it.")
 	fs.Int64Var(&o.webhookMaxBody, "webhook-max-body-bytes", webhook.DefaultMaxBody, "Largest webhook delivery the receiver reads; larger ones are answered 413 (polling still sees their change).")
@@ -421,10 +423,13 @@ func run(o options) error {
 			}
 		}
 	}
+	if o.uiAddr == "0" || o.uiAddr == "" {
+		o.dashboardURL = "" // no dashboard to link
+	}
 	ctx := ctrl.SetupSignalHandler()
 	if _, err := controller.Setup(ctx, mgr, controller.Config{
 		Options: controller.Options{
-			RunnerImage: o.runnerImage, AgentImages: images, RunnerURL: o.runnerURL, ImagePullPolicy: o.imagePullPolicy,
+			DashboardURL: o.dashboardURL, RunnerImage: o.runnerImage, AgentImages: images, RunnerURL: o.runnerURL, ImagePullPolicy: o.imagePullPolicy,
 			ManagerNamespace: os.Getenv("POD_NAMESPACE"), ManagerPodLabels: podLabels, RunnerPort: bindPort(o.runnerAddr),
 			EgressProxyURL: o.egressProxyURL, EgressProxyPodLabels: egressLabels, EgressProxyPort: int32(o.egressPort),
 			DNSNamespace: o.dnsNamespace, DNSPodLabels: dnsLabels, ClusterCIDRs: clusterCIDRs, DeniedCIDRs: splitComma(o.deniedCIDRs),

@@ -73,6 +73,10 @@ type cachedTracker struct {
 
 // Options are settings from the manager's flags.
 type Options struct {
+	// DashboardURL is where people reach the API server's paths for the dashboard
+	// (`kubectl shepherd dashboard`'s http://127.0.0.1:8001 by default): notifications link
+	// each session's page under it. Empty links none.
+	DashboardURL string
 	// RunnerImage holds the runner binary (copied into agent containers) and git.
 	RunnerImage string
 	// AgentImages are the default images per agent type, used when neither the session nor the

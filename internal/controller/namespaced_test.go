@@ -87,8 +87,10 @@ var _ = Describe("A namespaced install (config/namespaced)", Serial, func() {
 		install := kustomize(filepath.Join(repoRoot(), "config", "namespaced"))
 		for _, u := range install {
 			if u.GetKind() == "ClusterRoleBinding" {
-				Expect(u.GetName()).To(BeElementOf("shepherd-manager-cluster", "shepherd-egress-proxy-cluster", "shepherd-metrics-auth-rolebinding"),
-					"a cluster-wide binding in the namespaced install")
+				// The dashboard's binding grants every user only `list dashboard` (the board filters
+				// by each user's own access).
+				Expect(u.GetName()).To(BeElementOf("shepherd-manager-cluster", "shepherd-egress-proxy-cluster", "shepherd-metrics-auth-rolebinding",
+					"shepherd-dashboard-rolebinding"), "a cluster-wide binding in the namespaced install")
 			}
 			if u.GetKind() == "Deployment" {
 				Expect(u.Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("template", HaveKeyWithValue("spec",

@@ -19,6 +19,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/metrics"
 	"github.com/shepherd-dev/shepherd/internal/notify"
+	"github.com/shepherd-dev/shepherd/internal/ui"
 )
 
 // Notifications leave a session through its status: the reconcile that decides an event also
@@ -337,10 +338,14 @@ func (r *AgentSessionReconciler) enqueue(ctx context.Context, s *sessionScope, n
 	if pr := s.sess.Status.PullRequest; pr != nil {
 		prURL = pr.URL
 	}
+	dashboard := ""
+	if root := r.Options.DashboardURL; root != "" {
+		dashboard = ui.SessionLink(root, s.sess.Namespace, s.sess.Name)
+	}
 	queued := r.Notifier.Enqueue(notify.Job{Key: key, Route: route, Sender: sender, Notification: notify.Notification{
 		ID: s.sess.Namespace + "/" + s.sess.Name + "/" + n.ID, Type: n.Type, Priority: n.Priority, Reason: n.Reason,
 		Message: n.Message, Namespace: s.sess.Namespace, Session: s.sess.Name, Project: s.project.Name,
-		PullRequestURL: prURL, Time: created,
+		PullRequestURL: prURL, DashboardURL: dashboard, Time: created,
 	}})
 	if !queued {
 		// The queue is full: the notification stays listed and a later reconcile tries again.

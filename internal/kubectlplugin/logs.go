@@ -162,7 +162,7 @@ func (l *logsOptions) run(ctx context.Context, e *env, name string) error {
 // transcriptError explains a refused transcript request.
 func transcriptError(err error, ns, name string) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("forbidden: you may not read the transcript of session %s in namespace %s: it needs get on agentsessions/transcript (ui.agents.shepherd.dev) and on the AgentSession, which the view and edit roles give (%v)", name, ns, err)
+		return fmt.Errorf("forbidden: you may not read the transcript of session %s in namespace %s: it needs get on agentsessions/transcript (ui.agents.shepherd.dev) and on the AgentSession, which the view and edit roles give (%w)", name, ns, err)
 	}
 	if apierrors.IsNotFound(err) {
 		if st, ok := err.(apierrors.APIStatus); ok && st.Status().Details != nil && st.Status().Details.Kind == "" && st.Status().Message == "the server could not find the requested resource" {

@@ -37,6 +37,9 @@ type Notification struct {
 	Project   string `json:"project,omitempty"`
 	// PullRequestURL links the session's pull request, when there is one.
 	PullRequestURL string `json:"pullRequestURL,omitempty"`
+	// DashboardURL links the session's dashboard page (through `kubectl shepherd dashboard`, or
+	// wherever the manager's --dashboard-url says people reach it).
+	DashboardURL string `json:"dashboardURL,omitempty"`
 	// Time is when the event happened.
 	Time time.Time `json:"time"`
 }

@@ -64,6 +64,9 @@ func SlackPayload(n Notification) ([]byte, error) {
 	if u := slackLink(n.PullRequestURL); u != "" {
 		text += fmt.Sprintf("\n<%s|Pull request>", u)
 	}
+	if u := slackLink(n.DashboardURL); u != "" {
+		text += fmt.Sprintf("\n<%s|Open in the dashboard> (`kubectl shepherd dashboard`)", u)
+	}
 	// The fallback text (notifications, screen readers) is mrkdwn too: a message carrying
 	// <!channel> or <https://evil|a trusted name> must not ping or spoof.
 	return json.Marshal(slackMessage{

@@ -166,7 +166,7 @@ func DecodeBatch(r io.Reader) (Batch, error) {
 	dec.DisallowUnknownFields()
 	var b Batch
 	if err := dec.Decode(&b); err != nil {
-		return Batch{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Batch{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if dec.More() {
 		return Batch{}, fmt.Errorf("%w: trailing data", ErrInvalid)

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -224,5 +225,42 @@ var _ = Describe("The transcript API and the dashboard, behind the API server", 
 		body, _ := io.ReadAll(resp.Body)
 		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized), string(body))
 		Expect(string(body)).NotTo(ContainSubstring("Which database"))
+	})
+})
+
+var _ = Describe("kubectl shepherd dashboard's local proxy", func() {
+	It("serves alice the dashboard with her credentials, to this machine's loopback only", func() {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		p := &kubectlplugin.DashboardProxy{Config: users["alice"], Addr: l.Addr().String()}
+		h, err := p.Handler()
+		Expect(err).NotTo(HaveOccurred())
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+		base := "http://" + l.Addr().String()
+		hc := &http.Client{Timeout: 10 * time.Second}
+
+		resp, err := hc.Get(base + "/")
+		Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusOK), "the root leads to the board")
+		Expect(string(body)).To(ContainSubstring(`data-session="team-a/widgets-42"`))
+		Expect(string(body)).To(ContainSubstring("signed in as alice"))
+
+		// DNS rebinding: a page of evil.example whose name now points at 127.0.0.1.
+		req, _ := http.NewRequest(http.MethodGet, base+ui.Board, nil)
+		req.Host = "evil.example:" + strings.Split(l.Addr().String(), ":")[1]
+		resp, err = hc.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusForbidden))
+
+		// Nothing but Shepherd's API group: not the user's Secrets.
+		resp, err = hc.Get(base + "/api/v1/namespaces/team-a/secrets")
+		Expect(err).NotTo(HaveOccurred())
+		resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusNotFound))
 	})
 })
