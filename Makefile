@@ -119,8 +119,10 @@ envtest-assets: ## Build (once) and print the envtest assets directory (etcd, ku
 # CPU-bound on 2 cores; `generated` now skips controller-gen when nothing it reads changed.
 # -timeout 20m: go test's default 10 minutes per package is within reach of hack/release, whose
 # apply tests wait up to 6 minutes for an API server's CRD cleanup under this load.
+# SHEPHERD_CHROMIUM: internal/ui drives the dashboard in Debian's Chromium (hack/chromium.sh
+# installs it once).
 test: generated ## Run the unit and envtest (real kube-apiserver) tests.
-	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go test -race -timeout=20m $(TEST_VET) $(TEST_TOOLEXEC) -ldflags='$(TEST_LDFLAGS)' $(GO_TEST_FLAGS) $(TEST_PKGS)
+	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" SHEPHERD_CHROMIUM="$$(hack/chromium.sh)" go test -race -timeout=20m $(TEST_VET) $(TEST_TOOLEXEC) -ldflags='$(TEST_LDFLAGS)' $(GO_TEST_FLAGS) $(TEST_PKGS)
 
 .PHONY: test-integration
 test-integration: gitea agent-clis ## Run the integration tests: a real Gitea, the real agent CLIs (npm).

@@ -43,11 +43,12 @@ k() { timeout 300 "$kubectl" "$@"; }
 step images "images"
 timeout 1800 "${lc[@]}" images --load
 
-step manager "CRDs, RBAC and the manager Deployment (config/default)"
+step manager "CRDs, RBAC, the manager Deployment (config/default) and the UI's APIService (config/ui)"
 existed=0
 k -n shepherd-system get deployment shepherd-manager >/dev/null 2>&1 && existed=1
 # --server-side: the AgentSession CRD is larger than client-side apply's annotation limit.
 k apply --server-side --force-conflicts -k config/default
+k apply --server-side --force-conflicts -k config/ui
 k wait --for=condition=Established --timeout=60s \
   crd/projects.agents.shepherd.dev crd/worktrees.agents.shepherd.dev crd/agentsessions.agents.shepherd.dev
 if [ "$existed" = 1 ]; then
@@ -55,6 +56,9 @@ if [ "$existed" = 1 ]; then
   k -n shepherd-system rollout restart deployment/shepherd-manager
 fi
 k -n shepherd-system rollout status deployment/shepherd-manager --timeout=180s
+
+# The plugin, for watching the demo's session (kubectl shepherd logs -f, kubectl shepherd dashboard).
+go build -o bin/kubectl-shepherd ./cmd/kubectl-shepherd
 
 if [ "$demo" != none ]; then
   step demo "demo: a whole session offline (hack/demo --forge $demo)"
@@ -72,6 +76,9 @@ Next:
   export KUBECONFIG=$KUBECONFIG
   alias kubectl=$kubectl
   kubectl get shepherd -A                                   # Projects, Worktrees, AgentSessions
+  bin/kubectl-shepherd get -A                                # sessions with PR, CI, review, cost
+  bin/kubectl-shepherd -n NAMESPACE logs -f SESSION          # a session's live transcript
+  bin/kubectl-shepherd dashboard                             # the web dashboard: http://127.0.0.1:8001/apis/ui.agents.shepherd.dev/v1alpha1/dashboard
   kubectl -n shepherd-system logs deploy/shepherd-manager -f   # the manager
   kubectl explain agentsession.spec                          # every field
   kubectl get storageclass,pvc,pv -A                         # volumes (StorageClass shepherd-local, the default)

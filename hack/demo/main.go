@@ -23,6 +23,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,16 +31,20 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
 	"github.com/shepherd-dev/shepherd/internal/notify"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 	"github.com/shepherd-dev/shepherd/test/modelserver"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
@@ -202,6 +207,8 @@ func run(ctx context.Context, o options) error {
 	}
 
 	out.section("AgentSession %s for issue #%d: the phases as they pass (+time since it was created)", m.Session.Name, forge.Issue())
+	out.line("watch it live: %s   (or %s)", "bin/kubectl-shepherd -n "+o.namespace+" logs -f "+m.Session.Name,
+		"bin/kubectl-shepherd dashboard -n "+o.namespace+" "+m.Session.Name)
 	play := &scenario.Play{
 		Client: cl, Forge: forge, Session: client.ObjectKeyFromObject(m.Session), StepTimeout: o.step,
 		Logf:         out.line,
@@ -227,6 +234,9 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		out.line("dashboard: %s", what)
+	}
+	if err := showTranscript(ctx, out, cs, o.namespace, m.Session.Name); err != nil {
+		return err
 	}
 	summary(out, res, model, notices, logs)
 	nextSteps(out, o, res, forge, logs)
@@ -303,6 +313,40 @@ func short(sha string) string {
 	return sha
 }
 
+// showTranscript reads the session's transcript as the plugin and the dashboard do, through the
+// API server's aggregated API, and prints what it holds.
+func showTranscript(ctx context.Context, out *printer, cs kubernetes.Interface, ns, name string) error {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var body []byte
+	err := wait.PollUntilContextCancel(rctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		body, err = cs.Discovery().RESTClient().Get().AbsPath(kubectlplugin.TranscriptPath(ns, name)).DoRaw(ctx)
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the transcript through the API server (%s): %w", kubectlplugin.TranscriptPath(ns, name), err)
+	}
+	var list struct {
+		Entries []transcript.Entry `json:"entries"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return fmt.Errorf("the transcript: %w", err)
+	}
+	kinds := map[transcript.Kind]int{}
+	for _, e := range list.Entries {
+		kinds[e.Kind]++
+	}
+	out.section("the transcript, through the API server (what kubectl shepherd logs and the dashboard show): %d entries", len(list.Entries))
+	for _, e := range list.Entries {
+		if e.Kind == transcript.KindTurnStarted || e.Kind == transcript.KindTurnEnded || e.Kind == transcript.KindToolCall {
+			out.plain("  %s", strings.ReplaceAll(transcript.Format(e), "\n", "\n  "))
+		}
+	}
+	out.line("kinds: %v", kinds)
+	return nil
+}
+
 // nextSteps prints what to look at now, and how to clean up.
 func nextSteps(out *printer, o options, res *scenario.Result, forge scenario.Forge, logs *podLogs) {
 	k := "kubectl -n " + o.namespace
@@ -315,6 +359,9 @@ func nextSteps(out *printer, o options, res *scenario.Result, forge scenario.For
 	out.plain("  %-62s # the Project, the Worktree (Removed after the merge), the session", k+" get shepherd -o wide")
 	out.plain("  %-62s # status, conditions, reactions, messages sent to the agent", k+" describe agentsession "+s)
 	out.plain("  %-62s # what the controllers did, in order", k+" get events --sort-by=.lastTimestamp")
+	out.plain("  %-62s # the plugin (bin/kubectl-shepherd after make build)", "make build")
+	out.plain("  %-62s # the session's transcript, turn by turn", "bin/kubectl-shepherd -n "+o.namespace+" logs "+s)
+	out.plain("  %-62s # the dashboard: %s", "bin/kubectl-shepherd dashboard", "http://127.0.0.1:8001"+kubectlplugin.UIPrefix+"/dashboard")
 	out.plain("  %-62s # the manager (its pod is kept)", "kubectl -n "+scenario.ManagerNamespace+" logs deploy/shepherd-manager")
 	out.plain("  %-62s # the agent pod's containers, saved while they ran:", "ls "+logs.dir)
 	out.plain("  %-62s # Shepherd removes the pod when the session ends", "")
