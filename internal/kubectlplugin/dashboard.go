@@ -63,7 +63,7 @@ func (p *DashboardProxy) Handler() (http.Handler, error) {
 		},
 		Transport:      tr,
 		FlushInterval:  -1, // the transcript streams
-		ModifyResponse: unrewriteLinks(target),
+		ModifyResponse: unrewriteLinks,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -89,38 +89,36 @@ var absoluteUI = regexp.MustCompile(`https?://[^/"'\s<>]+(` + regexp.QuoteMeta(U
 // unrewriteLinks undoes what the API server's proxy does to an HTML page from an aggregated
 // API: it makes every link absolute, at the API server's address as it knows it (where the
 // browser has no credentials). The proxy turns them back into paths on itself.
-func unrewriteLinks(_ *url.URL) func(*http.Response) error {
-	return func(resp *http.Response) error {
-		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
-			return nil
-		}
-		var r io.Reader = resp.Body
-		switch resp.Header.Get("Content-Encoding") {
-		case "":
-		case "gzip":
-			zr, err := gzip.NewReader(resp.Body)
-			if err != nil {
-				return err
-			}
-			r = zr
-			resp.Header.Del("Content-Encoding")
-		default:
-			return nil
-		}
-		body, err := io.ReadAll(io.LimitReader(r, maxPage+1))
-		_ = resp.Body.Close()
+func unrewriteLinks(resp *http.Response) error {
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		return nil
+	}
+	var r io.Reader = resp.Body
+	switch resp.Header.Get("Content-Encoding") {
+	case "":
+	case "gzip":
+		zr, err := gzip.NewReader(resp.Body)
 		if err != nil {
 			return err
 		}
-		if len(body) > maxPage {
-			return fmt.Errorf("a dashboard page over %d bytes", maxPage)
-		}
-		body = absoluteUI.ReplaceAll(body, []byte("$1"))
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		resp.ContentLength = int64(len(body))
-		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		r = zr
+		resp.Header.Del("Content-Encoding")
+	default:
 		return nil
 	}
+	body, err := io.ReadAll(io.LimitReader(r, maxPage+1))
+	_ = resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if len(body) > maxPage {
+		return fmt.Errorf("a dashboard page over %d bytes", maxPage)
+	}
+	body = absoluteUI.ReplaceAll(body, []byte("$1"))
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
 }
 
 func newDashboard(o *Options) *cobra.Command {

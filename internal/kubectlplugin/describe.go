@@ -71,7 +71,7 @@ func printDescribe(w io.Writer, s *agentsv1alpha1.AgentSession, events []corev1.
 	default:
 		field("Task", "prompt: "+truncate(oneLine(s.Spec.Prompt), 100))
 	}
-	agent := orDash(string(agentType(s)))
+	agent := orDash(string(AgentType(s)))
 	if s.Status.Agent.Model != "" {
 		agent += " (" + s.Status.Agent.Model + ")"
 	}
@@ -110,7 +110,7 @@ func printDescribe(w io.Writer, s *agentsv1alpha1.AgentSession, events []corev1.
 		}
 	}
 	if u := s.Status.Usage; u != nil {
-		field("Cost", fmt.Sprintf("%s, %d turn(s), %d in / %d out / %d cached tokens", cost(s), u.Turns, u.InputTokens, u.OutputTokens, u.CacheReadTokens))
+		field("Cost", fmt.Sprintf("%s, %d turn(s), %d in / %d out / %d cached tokens", Cost(s), u.Turns, u.InputTokens, u.OutputTokens, u.CacheReadTokens))
 	}
 	if s.Status.Summary != "" {
 		field("Summary", oneLine(s.Status.Summary))

@@ -142,7 +142,7 @@ func printTable(w io.Writer, sessions []agentsv1alpha1.AgentSession, namespaces,
 			}
 			ci, review = orDash(string(p.Checks)), orDash(string(p.ReviewDecision))
 		}
-		row := []string{s.Name, s.Spec.ProjectRef.Name, orDash(string(agentType(s))), orDash(string(s.Status.Phase)), pr, ci, review, cost(s), age(s.CreationTimestamp.Time, now)}
+		row := []string{s.Name, s.Spec.ProjectRef.Name, orDash(string(AgentType(s))), orDash(string(s.Status.Phase)), pr, ci, review, Cost(s), age(s.CreationTimestamp.Time, now)}
 		if namespaces {
 			row = append([]string{s.Namespace}, row...)
 		}
@@ -162,7 +162,8 @@ func printTable(w io.Writer, sessions []agentsv1alpha1.AgentSession, namespaces,
 	return tw.Flush()
 }
 
-func agentType(s *agentsv1alpha1.AgentSession) agentsv1alpha1.AgentType {
+// AgentType is the session's agent: as the controller resolved it, else as its spec asks.
+func AgentType(s *agentsv1alpha1.AgentSession) agentsv1alpha1.AgentType {
 	if s.Status.Agent.Type != "" {
 		return s.Status.Agent.Type
 	}
@@ -172,7 +173,8 @@ func agentType(s *agentsv1alpha1.AgentSession) agentsv1alpha1.AgentType {
 	return ""
 }
 
-func cost(s *agentsv1alpha1.AgentSession) string {
+// Cost is the session's cost so far ("$0.42"), "-" before any.
+func Cost(s *agentsv1alpha1.AgentSession) string {
 	if s.Status.Usage == nil || s.Status.Usage.CostUSD == "" {
 		return "-"
 	}

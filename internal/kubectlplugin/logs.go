@@ -165,10 +165,7 @@ func transcriptError(err error, ns, name string) error {
 		return fmt.Errorf("forbidden: you may not read the transcript of session %s in namespace %s: it needs get on agentsessions/transcript (ui.agents.shepherd.dev) and on the AgentSession, which the view and edit roles give (%w)", name, ns, err)
 	}
 	if apierrors.IsNotFound(err) {
-		if st, ok := err.(apierrors.APIStatus); ok && st.Status().Details != nil && st.Status().Details.Kind == "" && st.Status().Message == "the server could not find the requested resource" {
-			return fmt.Errorf("the transcript API is not served (APIService v1alpha1.ui.agents.shepherd.dev; see docs/kubectl-plugin.md): %w", err)
-		}
-		return fmt.Errorf("session %s: %w", name, err)
+		return fmt.Errorf("session %s in namespace %s not found, or Shepherd's transcript API (APIService v1alpha1.ui.agents.shepherd.dev) is not served here: %w", name, ns, err)
 	}
 	return err
 }

@@ -7,7 +7,6 @@ import (
 	"embed"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -52,7 +52,6 @@ func hashOf(s string) string {
 }
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"entry":      transcript.Format,
 	"kind":       func(e transcript.Entry) string { return strings.ToLower(string(e.Kind)) },
 	"printable":  transcript.Printable,
 	"usage":      transcript.FormatUsage,
@@ -201,16 +200,10 @@ func (s *Server) board(w http.ResponseWriter, r *http.Request, u user.Info) {
 
 func cardOf(sess *agentsv1alpha1.AgentSession, now time.Time) card {
 	c := card{Namespace: sess.Namespace, Name: sess.Name, Project: sess.Spec.ProjectRef.Name, Phase: string(sess.Status.Phase),
-		Link: SessionLink("", sess.Namespace, sess.Name), Age: age(sess.CreationTimestamp.Time, now), Cost: "-"}
+		Link: SessionLink("", sess.Namespace, sess.Name), Age: age(sess.CreationTimestamp.Time, now),
+		Agent: string(kubectlplugin.AgentType(sess)), Cost: kubectlplugin.Cost(sess)}
 	if c.Phase == "" {
 		c.Phase = "Pending"
-	}
-	c.Agent = string(sess.Status.Agent.Type)
-	if c.Agent == "" && sess.Spec.Agent != nil {
-		c.Agent = string(sess.Spec.Agent.Type)
-	}
-	if u := sess.Status.Usage; u != nil && u.CostUSD != "" {
-		c.Cost = "$" + u.CostUSD
 	}
 	if pr := sess.Status.PullRequest; pr != nil {
 		c.PR, c.PRURL, c.Checks, c.Review = pr.Number, safeURL(pr.URL), string(pr.Checks), string(pr.ReviewDecision)
@@ -231,34 +224,26 @@ func safeURL(raw string) string {
 	return u.String()
 }
 
+// age is kubectl's way of saying how old a thing is.
 func age(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	d := now.Sub(t)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
+	return duration.HumanDuration(now.Sub(t))
 }
 
 type sessionView struct {
 	card
-	User, Board, Stream, Action, CSRF, Flash, Error, MessageID string
-	Summary, Branch, Activity, Message                         string
-	HeadSHA, ChecksSummary, Usage                              string
-	CanSteer, Stopped, CanApprove                              bool
-	Entries                                                    []transcript.Entry
-	Dropped                                                    bool
-	Last                                                       uint64
-	Reactions                                                  []agentsv1alpha1.ReactionStatus
-	Conditions                                                 []condition
-	Messages                                                   []agentsv1alpha1.Message
+	User, Board, Stream, Action, CSRF, MessageID string
+	Summary, Branch, Activity, Message           string
+	HeadSHA, ChecksSummary, Usage                string
+	CanSteer, Stopped, CanApprove                bool
+	Entries                                      []transcript.Entry
+	Dropped                                      bool
+	Last                                         uint64
+	Reactions                                    []agentsv1alpha1.ReactionStatus
+	Conditions                                   []condition
+	Messages                                     []agentsv1alpha1.Message
 }
 
 type condition struct{ Type, Status, Reason, Message string }
@@ -280,7 +265,7 @@ func (s *Server) sessionPage(w http.ResponseWriter, r *http.Request, u user.Info
 	v := sessionView{card: cardOf(sess, s.o.Now()), User: u.GetName(), Board: Board,
 		Action: SessionPath(sess.Namespace, sess.Name) + "/steer", CanSteer: canSteer, Entries: es, Dropped: dropped,
 		Summary: sess.Status.Summary, Branch: sess.Status.Branch, Reactions: sess.Status.Reactions, Messages: sess.Spec.Messages,
-		Stopped: sess.Spec.State == agentsv1alpha1.SessionStopped, Flash: r.URL.Query().Get("done"), Error: r.URL.Query().Get("error")}
+		Stopped: sess.Spec.State == agentsv1alpha1.SessionStopped}
 	v.Stream = SessionPath(sess.Namespace, sess.Name) + "/transcript"
 	if len(es) > 0 {
 		v.Last = es[len(es)-1].Seq
@@ -364,7 +349,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, u user.Info) {
 	res := resultPage{Back: back, Board: Board, Name: sess.Name}
 	if err != nil {
 		s.o.Log.V(1).Info("Dashboard action refused", "user", u.GetName(), "session", sess.Namespace+"/"+sess.Name, "error", err.Error())
-		if !errors.Is(err, kubectlplugin.ErrConflict) && !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) && !isUserError(err) {
+		if apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) {
 			s.o.Log.Error(err, "Dashboard action failed", "session", sess.Namespace+"/"+sess.Name)
 		}
 		res.Error = err.Error()
@@ -379,11 +364,6 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, u user.Info) {
 // resultPage is the answer to a form.
 type resultPage struct {
 	Back, Board, Name, Done, Error string
-}
-
-// isUserError: the steering checks' own refusals (an empty message, no pull request yet).
-func isUserError(err error) bool {
-	return !apierrors.IsInternalError(err) && apierrors.ReasonForError(err) == ""
 }
 
 func (s *Server) render(w http.ResponseWriter, code int, name string, data any) {
