@@ -51,4 +51,4 @@ run-local: install-deps generated ## Cluster up, images loaded, the manager depl
 
 .PHONY: test-e2e
 test-e2e: install-deps generated ## Run the e2e suite on the local cluster (brings it up; tears it down at the end).
-	go test ./test/e2e -count=1 -timeout $(E2E_TIMEOUT) -v $(E2E_FLAGS) -args -ginkgo.v
+	SHEPHERD_CHROMIUM="$$(hack/chromium.sh)" go test ./test/e2e -count=1 -timeout $(E2E_TIMEOUT) -v $(E2E_FLAGS) -args -ginkgo.v

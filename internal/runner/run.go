@@ -628,6 +628,7 @@ func (r *runner) handle(ev agent.Event, st *turnState) {
 				r.model = ev.Model
 			}
 			r.rep.update(func() { r.rep.agentInfo = runnerapi.AgentReport{SessionID: r.sessionID, Model: r.model} })
+			r.tr.note("%s", conversationNote(r.sessionID, r.model))
 		}
 	case agent.KindQuestion:
 		st.question = ev.Text
@@ -774,3 +775,15 @@ func (r *runner) push(ctx context.Context) error {
 func ptrInt32(v int32) *int32 { return &v }
 
 func shortHash(h string) string { return h[:min(len(h), 12)] }
+
+// conversationNote is the transcript's line for the agent's conversation and model, said once
+// when either is first seen or changes (a resumed turn names the same ones and says nothing).
+func conversationNote(sessionID, model string) string {
+	switch {
+	case sessionID == "":
+		return "model " + model
+	case model == "":
+		return "conversation " + sessionID
+	}
+	return "conversation " + sessionID + ", model " + model
+}

@@ -438,6 +438,10 @@ func TestTurnsPushAndPullRequest(t *testing.T) {
 			g.Expect(h.stdout.String()).To(ContainSubstring("── turn 2 ──"))
 			g.Expect(h.stdout.String()).To(ContainSubstring("✓ turn 2 ended: Handled the follow-up."))
 			g.Expect(h.stdout.String()).NotTo(ContainSubstring(`{"type":`))
+			if a.typ != agentsv1alpha1.AgentAider {
+				// Said once: the resumed second turn names the same conversation.
+				g.Expect(strings.Count(h.stdout.String(), "· conversation "+calls[0].Conversation)).To(Equal(1), h.stdout.String())
+			}
 			for _, text := range []string{h.stdout.String(), h.stderr.String(), readAll(t, h.checkout)} {
 				g.Expect(text).NotTo(ContainSubstring(password))
 			}

@@ -19,6 +19,8 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
+	"github.com/shepherd-dev/shepherd/internal/transcript"
 	"github.com/shepherd-dev/shepherd/test/modelserver"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
@@ -58,8 +60,8 @@ type realAgent struct {
 	// prints the cost of the models its configuration prices, and the proxy's names none).
 	reportsModel bool
 	cost         string
-	// printed are pieces of the CLI's own output, which the runner passes to the pod's log.
-	printed map[string]string
+	// transcriptTool is the shell tool as the CLI's output names it, and so the transcript.
+	transcriptTool string
 }
 
 var (
@@ -72,10 +74,7 @@ var (
 		},
 		conversation: "X-Claude-Code-Session-Id",
 		reportsModel: true, cost: "printed",
-		printed: map[string]string{
-			`"permissionMode":"bypassPermissions"`: "Claude Code's init event: the adapter's argv, as a non-root user (no IS_SANDBOX)",
-			`"claude_code_version":"`:              "the real CLI printed its init event",
-		},
+		transcriptTool: "Bash",
 	}
 	// Codex: the adapter's provider for the runner's proxy (-c; the image's config.toml has none).
 	// Not its default model, so that the Project's model is seen to reach `-m`; one Codex knows,
@@ -92,10 +91,7 @@ var (
 		conversation: "Thread-Id",
 		requestModel: "gpt-6.2-astra",
 		cost:         "none",
-		printed: map[string]string{
-			`"type":"thread.started"`:    "Codex's JSON events",
-			`"type":"command_execution"`: "Codex ran the command with its shell tool",
-		},
+		transcriptTool: "command_execution",
 	}
 	// OpenCode: the adapter's provider for the runner's proxy in OPENCODE_CONFIG_CONTENT, on
 	// @ai-sdk/anthropic (bundled in the binary), with the Project's model, which OpenCode needs.
@@ -108,10 +104,7 @@ var (
 		},
 		conversation: "X-Session-Id",
 		requestModel: "claude-sonnet-4-5",
-		printed: map[string]string{
-			`"tool":"bash"`:        "OpenCode's bash tool ran",
-			`"type":"step_finish"`: "OpenCode's JSON events",
-		},
+		transcriptTool: "bash",
 	}
 )
 
@@ -195,7 +188,7 @@ func (p *agentProject) session(ctx context.Context, c *cluster, name, prompt str
 // model edits a file and commits with the CLI's own shell tool; the runner pushes the branch
 // through the manager to the forge and the manager opens the pull request. Every model request
 // reaches the model with the Project's key; the agent's container holds a placeholder.
-func realAgentSession(ctx context.Context, c *cluster, a realAgent) {
+func realAgentSession(ctx context.Context, c *cluster, a realAgent, steer steerFunc) {
 	By("serving the fake GitHub and the scripted model on the node IP; a Project whose agent uses the model through the runner's proxy")
 	p := newAgentProject(ctx, c, a, "e2e-"+string(a.typ)+"-", nil)
 	const prompt = "Note in README.md which user you run as, and commit it."
@@ -260,11 +253,32 @@ func realAgentSession(ctx context.Context, c *cluster, a realAgent) {
 	}
 	Expect(p.model.Problems()).To(BeEmpty(), "no request past the script")
 
+	By("the turn's transcript through the API server (Shepherd's aggregated API) and, readable, in the pod's log")
+	var entries []transcript.Entry
+	Eventually(func(g Gomega) {
+		entries = sessionTranscript(ctx, g, c, p.ns, s.Name)
+		g.Expect(entries).To(ContainElement(And(HaveField("Kind", transcript.KindTurnEnded), HaveField("Text", summary))))
+	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+	Expect(entries).To(ContainElement(And(HaveField("Kind", transcript.KindTurnStarted), HaveField("Text", ContainSubstring(prompt)))))
+	Expect(entries).To(ContainElement(And(HaveField("Kind", transcript.KindNote),
+		HaveField("Text", HavePrefix("conversation "+s.Status.Agent.SessionID)))), "the CLI's conversation")
+	Expect(entries).To(ContainElement(And(HaveField("Kind", transcript.KindToolCall), HaveField("Tool", a.transcriptTool),
+		HaveField("Text", ContainSubstring(agentCommitMsg)))), "the shell tool's command")
+	Expect(entries).To(ContainElement(And(HaveField("Kind", transcript.KindToolResult), HaveField("Tool", a.transcriptTool))), "its output")
+	Expect(entries).To(ContainElement(And(HaveField("Kind", transcript.KindNote), HaveField("Text", HavePrefix("pushed ")))), "the runner's push")
+	for i, e := range entries {
+		Expect(e.Seq).To(Equal(uint64(i+1)), "numbered from 1, none lost")
+	}
 	pod := &corev1.Pod{}
 	Expect(c.client.Get(ctx, client.ObjectKey{Namespace: p.ns, Name: s.Name + "-agent"}, pod)).To(Succeed())
 	log := podLog(ctx, c, pod, "runner")
-	for piece, why := range a.printed {
-		Expect(log).To(ContainSubstring(piece), why)
+	for _, line := range []string{"── turn 1 ── ", "· conversation " + s.Status.Agent.SessionID, "→ " + a.transcriptTool + " ",
+		"← " + a.transcriptTool + ": ", "· pushed ", "✓ turn 1 ended: " + summary} {
+		Expect(log).To(ContainSubstring(line))
+	}
+	Expect(log).NotTo(ContainSubstring(`{"type":`), "the pod's log is the readable transcript, not the CLI's JSON")
+	if steer != nil {
+		steer(ctx, c, p, s)
 	}
 
 	By("deleting the session: the pod goes")
@@ -290,4 +304,16 @@ func gitOut(dir string, args ...string) string {
 	}
 	Expect(err).NotTo(HaveOccurred())
 	return strings.TrimSpace(string(out))
+}
+
+// sessionTranscript reads a session's transcript as `kubectl shepherd logs` does: from the
+// API server, which proxies to the manager's aggregated API.
+func sessionTranscript(ctx context.Context, g Gomega, c *cluster, ns, name string) []transcript.Entry {
+	raw, err := c.clientset.RESTClient().Get().AbsPath(kubectlplugin.TranscriptPath(ns, name)).DoRaw(ctx)
+	g.Expect(err).NotTo(HaveOccurred(), "%s", raw)
+	var list struct {
+		Entries []transcript.Entry `json:"entries"`
+	}
+	g.Expect(json.Unmarshal(raw, &list)).To(Succeed())
+	return list.Entries
 }

@@ -65,6 +65,10 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 	It("installs the CRDs from config/default", func() {
 		_, err := c.kubectl("apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repoRoot(), "config", "default"))
 		Expect(err).NotTo(HaveOccurred())
+		// The UI's APIService, as make run-local applies it: the agent specs read transcripts
+		// and drive the dashboard through the API server.
+		_, err = c.kubectl("apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repoRoot(), "config", "ui"))
+		Expect(err).NotTo(HaveOccurred())
 		for _, gr := range crdNames {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			Eventually(func(g Gomega) {
@@ -112,6 +116,9 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		Expect(st.ImageID).To(Equal(want), "the pod runs the image built from this tree")
 		Expect(st.RestartCount).To(BeZero())
 		Expect(pod.Spec.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
+
+		By("the UI's APIService turns Available: the leader serves it, its caBundle injected")
+		uiAvailable(c)
 	})
 
 	It("serves the manager's metrics through its Service only to a scraper allowed to read them", func() {
@@ -257,10 +264,11 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 	// Each real CLI in its own restricted namespace and pod, from its own image (docs/agents.md,
 	// "The agent images"). Focus one with -ginkgo.focus='real.agent.CLI.*Codex'.
 	DescribeTable("runs a real agent CLI from its agent image as uid 65532, which commits with its shell tool, and the runner pushes",
-		func(a realAgent) { realAgentSession(ctx, c, a) },
-		Entry(claudeCodeAgent.name, claudeCodeAgent),
-		Entry(codexAgent.name, codexAgent),
-		Entry(openCodeAgent.name, openCodeAgent),
+		func(a realAgent, steer steerFunc) { realAgentSession(ctx, c, a, steer) },
+		// Claude Code's session is then steered from the dashboard in Chromium (dashboard_test.go).
+		Entry(claudeCodeAgent.name, claudeCodeAgent, steerFunc(steerFromDashboard)),
+		Entry(codexAgent.name, codexAgent, noSteer),
+		Entry(openCodeAgent.name, openCodeAgent, noSteer),
 	)
 
 	// docs/security.md. Alone: -ginkgo.focus='installs.the.CRDs|runs.the.manager|attack' (it needs the install specs).
@@ -466,4 +474,17 @@ func mountsUnder(dir string) []string {
 	}
 	Expect(sc.Err()).NotTo(HaveOccurred())
 	return out
+}
+
+// uiAPIService is the APIService of Shepherd's aggregated API (config/ui, the chart).
+const uiAPIService = "v1alpha1.ui.agents.shepherd.dev"
+
+// uiAvailable waits until the API server reaches the manager's UI through its APIService.
+func uiAvailable(c *cluster) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		out, err := c.kubectl("get", "apiservice", uiAPIService, "-o", `jsonpath={.status.conditions[?(@.type=="Available")].status} {.status.conditions[?(@.type=="Available")].message}`)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(HavePrefix("True"))
+	}).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 }

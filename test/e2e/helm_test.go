@@ -74,6 +74,9 @@ func helmLifecycle(ctx context.Context, c *cluster) {
 			keep = append(keep, doc)
 		}
 	}
+	ui, err := c.kubectl("kustomize", filepath.Join(repoRoot(), "config", "ui"))
+	Expect(err).NotTo(HaveOccurred())
+	keep = append(keep, ui)
 	_, err = kubectlIn(c, []byte(strings.Join(keep, "\n---\n")), "delete", "--ignore-not-found", "--wait", "-f", "-")
 	Expect(err).NotTo(HaveOccurred())
 
@@ -96,6 +99,8 @@ func helmLifecycle(ctx context.Context, c *cluster) {
 		g.Expect(pods.Items[0].Status.ContainerStatuses[0].ImageID).To(HavePrefix(reg.host+"/shepherd-manager@sha256:"), "containerd pulled the manager from the registry")
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	Expect(reg.pulls("shepherd-manager")).To(BeNumerically(">=", 1))
+	By("the chart's APIService turns Available")
+	uiAvailable(c)
 
 	By("a whole session on the fake GitHub, through the chart-installed manager, to its merge")
 	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
