@@ -88,9 +88,9 @@ var (
 			js := fmt.Sprintf("const r = await tools.exec_command({cmd: %s});\ntext(r.output);\n", jsonString(command))
 			return modelserver.Tools(modelserver.ToolCall{Name: "exec", Input: js})
 		},
-		conversation: "Thread-Id",
-		requestModel: "gpt-6.2-astra",
-		cost:         "none",
+		conversation:   "Thread-Id",
+		requestModel:   "gpt-6.2-astra",
+		cost:           "none",
 		transcriptTool: "command_execution",
 	}
 	// OpenCode: the adapter's provider for the runner's proxy in OPENCODE_CONFIG_CONTENT, on
@@ -102,8 +102,8 @@ var (
 		shell: func(command string) modelserver.Reply {
 			return modelserver.Tools(modelserver.ToolCall{Name: "bash", Input: map[string]any{"command": command, "description": "Edit README.md and commit"}})
 		},
-		conversation: "X-Session-Id",
-		requestModel: "claude-sonnet-4-5",
+		conversation:   "X-Session-Id",
+		requestModel:   "claude-sonnet-4-5",
 		transcriptTool: "bash",
 	}
 )
