@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"sort"
@@ -150,46 +149,18 @@ func stageLabels(b *agentsv1alpha1.BacklogSpec, stage backlogStage) (add, remove
 	return nonEmpty(add), nonEmpty(remove)
 }
 
-// backlogSessionName derives a session's name from its Project and issue: <project>-<issue key>
-// ("widgets-42", "widgets-eng-123"), a DNS label of at most 63 characters. When that is too long,
-// the Project's part is shortened and an 8-character hash of the whole Project name keeps names
-// of different Projects apart. Pure and deterministic: the name is the guard against creating
-// two sessions for one issue.
+// backlogSessionName is the issue's session name (tracker.SessionName: the same name the
+// plugin's spawn and batch give it, so that no path makes a second session for one issue).
 func backlogSessionName(project string, issue tracker.Issue) string {
-	key := issueKey(issue)
-	name := project + "-" + key
-	if len(name) <= 63 {
-		return name
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(project))
-	hash := fmt.Sprintf("%08x", h.Sum32())
-	room := 63 - len(key) - len(hash) - 2
-	prefix := strings.TrimRight(project[:min(room, len(project))], "-")
-	return prefix + "-" + hash + "-" + key
+	return tracker.SessionName(project, keyOrID(issue))
 }
 
-// issueKey is the issue's key as a DNS-label fragment: lower case letters, digits and '-'.
-func issueKey(issue tracker.Issue) string {
-	raw := issue.Key
-	if raw == "" {
-		raw = issue.ID
+// keyOrID is how the issue is named in session names and labels.
+func keyOrID(issue tracker.Issue) string {
+	if issue.Key != "" {
+		return issue.Key
 	}
-	var b strings.Builder
-	for _, r := range strings.ToLower(raw) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('-')
-		}
-	}
-	key := strings.Trim(b.String(), "-")
-	if len(key) > 40 {
-		// Tracker keys are far shorter (the API bounds spec.issue); never make an invalid name.
-		key = strings.Trim(key[:40], "-")
-	}
-	return key
+	return issue.ID
 }
 
 // sameIssue reports whether a session's spec.issue names the issue ("#42" and "42" are one).
@@ -555,7 +526,7 @@ func backlogSession(p *agentsv1alpha1.Project, ps plannedSession) *agentsv1alpha
 	return &agentsv1alpha1.AgentSession{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ps.name, Namespace: p.Namespace,
-			Labels: mergeLabels(managedLabels(p.Name), map[string]string{agentsv1alpha1.BacklogLabel: "true", agentsv1alpha1.IssueLabel: issueKey(ps.issue)}),
+			Labels: mergeLabels(managedLabels(p.Name), map[string]string{agentsv1alpha1.BacklogLabel: "true", agentsv1alpha1.IssueLabel: tracker.IssueKey(keyOrID(ps.issue))}),
 		},
 		Spec: agentsv1alpha1.AgentSessionSpec{
 			ProjectRef: agentsv1alpha1.LocalObjectReference{Name: p.Name},

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/ui"
 )
 
 // DeleteJudgedPod runs the DeletePod action's runner for the pod a decision judged, as the
@@ -16,3 +17,6 @@ func DeleteJudgedPod(ctx context.Context, c client.Client, judged *corev1.Pod) e
 	r := &AgentSessionReconciler{Deps: &Deps{Client: c}}
 	return r.runDeletePod(ctx, &sessionScope{pod: judged}, lifecycle.Action{Type: lifecycle.ActionDeletePod, PodUID: string(judged.UID)})
 }
+
+// ProjectIssues is the UI's issue lister (kubectl shepherd batch) over d.
+func ProjectIssues(d *Deps) ui.IssueLister { return projectIssues{deps: d} }

@@ -19,7 +19,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
 	"github.com/shepherd-dev/shepherd/internal/ui"
 )
 
@@ -96,7 +98,7 @@ func (u *uiServer) Start(ctx context.Context) error {
 	}
 	srv, err := ui.NewServer(ui.Options{Sessions: u.mgr.GetClient(), Transcripts: u.deps.Transcripts,
 		Authenticator: delegated.Authenticator, Authorizer: delegated.Authorizer,
-		Steer: &kubectlplugin.Steerer{Dynamic: dyn, Kube: kube}, CSRFKey: key, Now: u.deps.now, Log: log})
+		Steer: &kubectlplugin.Steerer{Dynamic: dyn, Kube: kube}, Issues: projectIssues{deps: u.deps}, CSRFKey: key, Now: u.deps.now, Log: log})
 	if err != nil {
 		return err
 	}
@@ -238,4 +240,27 @@ func (l *uiServingLabel) set(ctx context.Context, v *string) error {
 	pod.SetNamespace(l.pod.Namespace)
 	pod.SetName(l.pod.Name)
 	return client.IgnoreNotFound(l.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)))
+}
+
+// projectIssues lists a Project's open tracker issues for the UI (`kubectl shepherd batch`),
+// with the tracker and credentials the backlog uses: the user's machine never holds them.
+type projectIssues struct{ deps *Deps }
+
+// ProjectIssues implements ui.IssueLister.
+func (pi projectIssues) ProjectIssues(ctx context.Context, p *agentsv1alpha1.Project, labels []string, limit int) ([]tracker.Issue, error) {
+	if p.Spec.Tracker == nil {
+		return nil, ui.ErrNoTracker
+	}
+	f, err := pi.deps.connectForge(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := pi.deps.connectTracker(ctx, p, f)
+	if err != nil {
+		return nil, err
+	}
+	if tr == nil {
+		return nil, ui.ErrNoTracker
+	}
+	return tr.ListIssues(ctx, tracker.ListOptions{Labels: labels, Limit: limit})
 }

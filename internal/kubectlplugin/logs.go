@@ -89,11 +89,12 @@ func (l *logsOptions) run(ctx context.Context, e *env, name string) error {
 	if !l.follow {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
-		body, err := rc.Get().AbsPath(TranscriptPath(e.ns, name)).Param("since", strconv.FormatUint(l.since, 10)).
-			Param("limit", strconv.Itoa(l.tail)).DoRaw(rctx)
-		if err != nil {
+		res := rc.Get().AbsPath(TranscriptPath(e.ns, name)).Param("since", strconv.FormatUint(l.since, 10)).
+			Param("limit", strconv.Itoa(l.tail)).Do(rctx)
+		if err := res.Error(); err != nil {
 			return transcriptError(err, e.ns, name)
 		}
+		body, _ := res.Raw()
 		var list transcriptList
 		if err := json.Unmarshal(body, &list); err != nil {
 			return fmt.Errorf("read the transcript: %w", err)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
 )
 
 // maxMessages is the CRD's bound on spec.messages.
@@ -265,8 +266,6 @@ func newSpawn(o *Options) *cobra.Command {
 	return cmd
 }
 
-var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
-
 func (p *spawnOptions) run(ctx context.Context, e *env, project string) error {
 	if err := e.requireNamespace(); err != nil {
 		return err
@@ -283,33 +282,46 @@ func (p *spawnOptions) run(ctx context.Context, e *env, project string) error {
 	name := p.name
 	if name == "" {
 		if p.issue != "" {
-			name = project + "-" + strings.Trim(nonName.ReplaceAllString(strings.ToLower(strings.TrimPrefix(p.issue, "#")), "-"), "-")
+			name = tracker.SessionName(project, p.issue)
 		} else {
 			sum := sha256.Sum256([]byte(p.prompt))
 			name = project + "-" + hex.EncodeToString(sum[:4])
 		}
 	}
-	if _, err := e.sessions(e.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		return fmt.Errorf("agentsession %s exists already: it works on this task, or pass --name", name)
-	} else if !apierrors.IsNotFound(err) {
+	created, err := e.createSession(ctx, name, project, map[string]string{"issue": p.issue, "prompt": p.prompt, "title": p.title}, p.agent)
+	if err != nil {
 		return err
 	}
+	if !created {
+		return fmt.Errorf("agentsession %s exists already: it works on this task, or pass --name", name)
+	}
+	_, err = fmt.Fprintf(e.out, "agentsession.agents.shepherd.dev/%s created\n", name)
+	return err
+}
+
+// createSession applies a new AgentSession of project with the spec's non-empty fields (issue,
+// prompt, title) and agent type; false when a session of that name exists (left as it is).
+func (e *env) createSession(ctx context.Context, name, project string, fields map[string]string, agent string) (bool, error) {
+	if _, err := e.sessions(e.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		return false, nil
+	} else if !apierrors.IsNotFound(err) {
+		return false, err
+	}
 	spec := map[string]any{"projectRef": map[string]any{"name": project}}
-	for k, v := range map[string]string{"issue": p.issue, "prompt": p.prompt, "title": p.title} {
+	for k, v := range fields {
 		if v != "" {
 			spec[k] = v
 		}
 	}
-	if p.agent != "" {
-		spec["agent"] = map[string]any{"type": p.agent}
+	if agent != "" {
+		spec["agent"] = map[string]any{"type": agent}
 	}
 	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": sessionGVK.GroupVersion().String(), "kind": sessionGVK.Kind,
 		"metadata": map[string]any{"name": name, "namespace": e.ns}, "spec": spec}}
 	if _, err := e.sessions(e.ns).Apply(ctx, name, obj, metav1.ApplyOptions{FieldManager: FieldManager}); err != nil {
-		return err
+		return false, err
 	}
-	_, err := fmt.Fprintf(e.out, "agentsession.agents.shepherd.dev/%s created\n", name)
-	return err
+	return true, nil
 }
 
 func short(sha string) string {

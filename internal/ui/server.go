@@ -68,6 +68,8 @@ type Options struct {
 	Authenticator authenticator.Request
 	// Authorizer decides what a user may do (SubjectAccessReviews, cached).
 	Authorizer authorizer.Authorizer
+	// Issues lists Projects' tracker issues (the plugin's batch); nil answers 503.
+	Issues IssueLister
 	// Steer makes the dashboard's writes.
 	Steer *kubectlplugin.Steerer
 	// CSRFKey signs the dashboard's form tokens (random per process is fine: a token lives as
@@ -83,6 +85,8 @@ type Server struct {
 	o       Options
 	mux     *http.ServeMux
 	streams chan struct{}
+	// issueCache answers repeated issue queries and bounds those in flight.
+	issueCache *issueCache
 }
 
 // NewServer returns the aggregated API's handler.
@@ -93,18 +97,20 @@ func NewServer(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), streams: make(chan struct{}, maxStreams)}
+	s := &Server{o: o, mux: http.NewServeMux(), streams: make(chan struct{}, maxStreams), issueCache: newIssueCache()}
 	s.mux.HandleFunc("GET /apis", s.apiGroupList)
 	s.mux.HandleFunc("GET /apis/"+Group, s.apiGroup)
 	s.mux.HandleFunc("GET "+Prefix, s.apiResources)
 	// The paths are resource paths, so that the API server's own RBAC check (before it forwards
 	// a request) reads as what the request means: get agentsessions/transcript and
-	// agentsessions/dashboard, create agentsessions/steer, list dashboard (the board).
+	// agentsessions/dashboard, create agentsessions/steer, list dashboard (the board), get
+	// projects/issues.
 	session := Prefix + "/namespaces/{ns}/agentsessions/{name}"
 	s.mux.HandleFunc("GET "+session+"/transcript", s.authed(s.transcript))
 	s.mux.HandleFunc("GET "+session+"/dashboard", s.authed(s.sessionPage))
 	s.mux.HandleFunc("POST "+session+"/steer", s.authed(s.act))
 	s.mux.HandleFunc("GET "+Prefix+"/dashboard", s.authed(s.board))
+	s.mux.HandleFunc("GET "+Prefix+"/namespaces/{ns}/projects/{name}/issues", s.authed(s.issues))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	return s, nil
 }
@@ -137,8 +143,13 @@ func (s *Server) authed(next userHandler) http.HandlerFunc {
 
 // allowed asks whether u may verb the sessions of ns (name "" for all of them).
 func (s *Server) allowed(ctx context.Context, u user.Info, verb, ns, name string) (bool, error) {
+	return s.may(ctx, u, verb, "agentsessions", ns, name)
+}
+
+// may asks whether u may verb the agents.shepherd.dev resource named in ns.
+func (s *Server) may(ctx context.Context, u user.Info, verb, resource, ns, name string) (bool, error) {
 	d, _, err := s.o.Authorizer.Authorize(ctx, authorizer.AttributesRecord{User: u, Verb: verb, Namespace: ns, Name: name,
-		APIGroup: agentsv1alpha1.GroupVersion.Group, APIVersion: agentsv1alpha1.GroupVersion.Version, Resource: "agentsessions",
+		APIGroup: agentsv1alpha1.GroupVersion.Group, APIVersion: agentsv1alpha1.GroupVersion.Version, Resource: resource,
 		ResourceRequest: true})
 	if err != nil {
 		return false, err
@@ -334,6 +345,7 @@ func (s *Server) apiResources(w http.ResponseWriter, _ *http.Request) {
 			{Name: "agentsessions/dashboard", Namespaced: true, Kind: "Page", Verbs: metav1.Verbs{"get"}},
 			{Name: "agentsessions/steer", Namespaced: true, Kind: "Form", Verbs: metav1.Verbs{"create"}},
 			{Name: "dashboard", Namespaced: false, Kind: "Page", Verbs: metav1.Verbs{"list"}},
+			{Name: "projects/issues", Namespaced: true, Kind: "IssueList", Verbs: metav1.Verbs{"get"}},
 		}})
 }
 

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,10 +41,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	_ "github.com/shepherd-dev/shepherd/internal/adapters"
 	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
 	"github.com/shepherd-dev/shepherd/internal/runnertls"
+	"github.com/shepherd-dev/shepherd/internal/scm"
+	"github.com/shepherd-dev/shepherd/internal/tracker"
 	"github.com/shepherd-dev/shepherd/internal/transcript"
 	"github.com/shepherd-dev/shepherd/internal/ui"
+	"github.com/shepherd-dev/shepherd/test/fakegithub"
 )
 
 // The suite runs the real kube-apiserver with its aggregation layer on (a front-proxy CA and
@@ -60,7 +65,30 @@ var (
 	uiAddr    string
 	uiCA      []byte
 	stopUI    context.CancelFunc
+	// gh is the fake GitHub whose issues the Project "widgets" of team-a tracks; issues lists
+	// them for the UI's issues endpoint.
+	gh     *fakegithub.Server
+	issues = &trackerIssues{}
 )
+
+// ghRepo is the repository of team-a's Project "widgets" on the fake GitHub.
+const ghRepo = "acme/widgets"
+
+// trackerIssues lists issues with the real GitHub tracker adapter against the fake GitHub. The
+// manager's lister (internal/controller) does the same with the Project's credentials; its
+// envtest shows that part.
+type trackerIssues struct {
+	tr    tracker.Tracker
+	calls atomic.Int32
+}
+
+func (t *trackerIssues) ProjectIssues(ctx context.Context, p *agentsv1alpha1.Project, labels []string, limit int) ([]tracker.Issue, error) {
+	if p.Spec.Tracker == nil {
+		return nil, ui.ErrNoTracker
+	}
+	t.calls.Add(1)
+	return t.tr.ListIssues(ctx, tracker.ListOptions{Labels: labels, Limit: limit})
+}
 
 func TestUI(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -141,6 +169,17 @@ var _ = BeforeSuite(func() {
 		Expect(os.WriteFile(kubeconfs[u], kc, 0o600)).To(Succeed())
 	}
 
+	By("a fake GitHub with labelled issues, read by the real GitHub tracker adapter")
+	gh, err = fakegithub.New(fakegithub.Options{Dir: filepath.Join(dir, "github")})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(gh.Start("127.0.0.1:0")).To(Succeed())
+	DeferCleanup(func() { _ = gh.Close() })
+	_, err = gh.CreateRepo(ghRepo, "main", map[string]string{"README.md": "# widgets\n"})
+	Expect(err).NotTo(HaveOccurred())
+	gh.AddToken("gh-token", "shepherd-bot")
+	issues.tr, err = tracker.New(tracker.Config{Provider: "github", APIURL: gh.URL(), Token: []byte("gh-token"), Repo: scm.Repo{Owner: "acme", Name: "widgets"}})
+	Expect(err).NotTo(HaveOccurred())
+
 	// The UI server, as the manager runs it: its certificate from the manager's own CA.
 	ip := hostIP()
 	bundle, _, err := runnertls.Ensure(runnertls.Bundle{}, []string{"shepherd-api.shepherd-system.svc", ip}, time.Now())
@@ -158,7 +197,7 @@ var _ = BeforeSuite(func() {
 	kube, err := kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	srv, err := ui.NewServer(ui.Options{Sessions: adm, Transcripts: store, Authenticator: delegated.Authenticator, Authorizer: delegated.Authorizer,
-		Steer: &kubectlplugin.Steerer{Dynamic: dyn, Kube: kube}, CSRFKey: []byte("0123456789abcdef0123456789abcdef"), Log: logr.Discard()})
+		Steer: &kubectlplugin.Steerer{Dynamic: dyn, Kube: kube}, Issues: issues, CSRFKey: []byte("0123456789abcdef0123456789abcdef"), Log: logr.Discard()})
 	Expect(err).NotTo(HaveOccurred())
 	tlsCfg := certs.ServerConfig().Clone()
 	tlsCfg.ClientAuth = tls.RequestClientCert
@@ -245,6 +284,20 @@ func fixtures() {
 	bind("team-a", "alice", "shepherd-editor-role")
 	bind("team-b", "bob", "shepherd-editor-role")
 	bind("team-a", "viewer", "shepherd-viewer-role")
+	// team-a's Projects: widgets tracks the fake GitHub's issues, plain tracks none.
+	for name, tr := range map[string]*agentsv1alpha1.TrackerSpec{"widgets": {Provider: agentsv1alpha1.TrackerGitHub}, "plain": nil} {
+		Expect(adm.Create(ctx, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"},
+			Spec: agentsv1alpha1.ProjectSpec{Repository: agentsv1alpha1.RepositorySpec{URL: "https://github.com/acme/widgets.git"},
+				Agent: agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentClaudeCode}, Tracker: tr}})).To(Succeed())
+	}
+	for _, is := range []fakegithub.Issue{
+		{Title: "Fix the login form", Labels: []string{"agent", "bug"}},
+		{Title: "Only a bug", Labels: []string{"bug"}},
+		{Title: "Document the API\nwith examples", Labels: []string{"agent", "docs"}},
+	} {
+		_, err := gh.CreateIssue(ghRepo, is)
+		Expect(err).NotTo(HaveOccurred())
+	}
 	for _, s := range []struct{ ns, name string }{{"team-a", "widgets-42"}, {"team-b", "gadgets-7"}} {
 		sess := &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.ns},
 			Spec: agentsv1alpha1.AgentSessionSpec{ProjectRef: agentsv1alpha1.LocalObjectReference{Name: "widgets"}, Issue: "42"}}
