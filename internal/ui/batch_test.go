@@ -65,7 +65,12 @@ var _ = Describe("kubectl shepherd batch, through the API server", func() {
 		golden("batch-again", out)
 		var list agentsv1alpha1.AgentSessionList
 		Expect(adm.List(ctx, &list, client.InNamespace("team-a"))).To(Succeed())
-		Expect(list.Items).To(HaveLen(3), "widgets-42, widgets-1 and widgets-3")
+		byIssue := map[string]int{}
+		for _, it := range list.Items {
+			byIssue[it.Spec.Issue]++
+		}
+		Expect(byIssue).To(HaveKeyWithValue("1", 1))
+		Expect(byIssue).To(HaveKeyWithValue("3", 1), "one session per issue")
 		Expect(issues.calls.Load()-before).To(Equal(int32(1)), "cached for the same Project, labels and limit")
 
 		By("two labels: only the issues that carry both")

@@ -3,20 +3,9 @@ package ui_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,11 +16,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -43,12 +30,12 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	_ "github.com/shepherd-dev/shepherd/internal/adapters"
 	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
-	"github.com/shepherd-dev/shepherd/internal/runnertls"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
 	"github.com/shepherd-dev/shepherd/internal/transcript"
 	"github.com/shepherd-dev/shepherd/internal/ui"
 	"github.com/shepherd-dev/shepherd/test/fakegithub"
+	"github.com/shepherd-dev/shepherd/test/uienv"
 )
 
 // The suite runs the real kube-apiserver with its aggregation layer on (a front-proxy CA and
@@ -100,60 +87,11 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// hostIP is an address of this machine that is not loopback: the API server refuses Endpoints
-// on loopback, and the aggregator routes to the endpoint (--enable-aggregator-routing).
-func hostIP() string {
-	addrs, err := net.InterfaceAddrs()
-	Expect(err).NotTo(HaveOccurred())
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			return n.IP.String()
-		}
-	}
-	Fail("this machine has no IPv4 address besides loopback: the API server's aggregator cannot reach a local server")
-	return ""
-}
-
-// frontProxy makes the front-proxy CA and the API server's client certificate, as files.
-func frontProxy(dir string) (caFile, certFile, keyFile string) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	Expect(err).NotTo(HaveOccurred())
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "front-proxy-ca"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	Expect(err).NotTo(HaveOccurred())
-	ca, err := x509.ParseCertificate(caDER)
-	Expect(err).NotTo(HaveOccurred())
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	Expect(err).NotTo(HaveOccurred())
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "front-proxy-client"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	Expect(err).NotTo(HaveOccurred())
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	Expect(err).NotTo(HaveOccurred())
-	write := func(name, typ string, b []byte) string {
-		p := filepath.Join(dir, name)
-		Expect(os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600)).To(Succeed())
-		return p
-	}
-	return write("front-ca.crt", "CERTIFICATE", caDER), write("front.crt", "CERTIFICATE", der), write("front.key", "EC PRIVATE KEY", keyDER)
-}
-
 var _ = BeforeSuite(func() {
 	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "run through `make test`, which builds the envtest assets")
 	dir := GinkgoT().TempDir()
-	caFile, certFile, keyFile := frontProxy(dir)
 	testEnv = &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(repoRoot(), "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	args := testEnv.ControlPlane.GetAPIServer().Configure()
-	args.Set("requestheader-client-ca-file", caFile)
-	args.Set("requestheader-allowed-names", "front-proxy-client")
-	args.Set("requestheader-username-headers", "X-Remote-User")
-	args.Set("requestheader-group-headers", "X-Remote-Group")
-	args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
-	args.Set("proxy-client-cert-file", certFile)
-	args.Set("proxy-client-key-file", keyFile)
-	args.Set("enable-aggregator-routing", "true")
+	Expect(uienv.Configure(testEnv, dir)).To(Succeed())
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(agentsv1alpha1.AddToScheme(scheme.Scheme)).To(Succeed())
@@ -180,13 +118,7 @@ var _ = BeforeSuite(func() {
 	issues.tr, err = tracker.New(tracker.Config{Provider: "github", APIURL: gh.URL(), Token: []byte("gh-token"), Repo: scm.Repo{Owner: "acme", Name: "widgets"}})
 	Expect(err).NotTo(HaveOccurred())
 
-	// The UI server, as the manager runs it: its certificate from the manager's own CA.
-	ip := hostIP()
-	bundle, _, err := runnertls.Ensure(runnertls.Bundle{}, []string{"shepherd-api.shepherd-system.svc", ip}, time.Now())
-	Expect(err).NotTo(HaveOccurred())
-	uiCA = bundle.CACert
-	certs := &runnertls.Certificates{}
-	Expect(certs.Set(bundle)).To(Succeed())
+	// The UI server, as the manager runs it, registered with the API server.
 	ctx, cancel := context.WithCancel(context.Background())
 	stopUI = cancel
 	delegated, err := ui.NewDelegated(ctx, cfg)
@@ -199,17 +131,10 @@ var _ = BeforeSuite(func() {
 	srv, err := ui.NewServer(ui.Options{Sessions: adm, Transcripts: store, Authenticator: delegated.Authenticator, Authorizer: delegated.Authorizer,
 		Steer: &kubectlplugin.Steerer{Dynamic: dyn, Kube: kube}, Issues: issues, CSRFKey: []byte("0123456789abcdef0123456789abcdef"), Log: logr.Discard()})
 	Expect(err).NotTo(HaveOccurred())
-	tlsCfg := certs.ServerConfig().Clone()
-	tlsCfg.ClientAuth = tls.RequestClientCert
-	l, err := tls.Listen("tcp", net.JoinHostPort(ip, "0"), tlsCfg)
+	served, err := uienv.Serve(ctx, adm, srv)
 	Expect(err).NotTo(HaveOccurred())
-	uiAddr = l.Addr().String()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(l) }()
-	DeferCleanup(func() { _ = hs.Close() })
-	_, port, _ := net.SplitHostPort(uiAddr)
-	portN, _ := strconv.Atoi(port)
-	register(ip, int32(portN), bundle.CACert)
+	DeferCleanup(served.Close)
+	uiAddr, uiCA = served.Addr, served.CA
 	fixtures()
 })
 
@@ -221,33 +146,6 @@ var _ = AfterSuite(func() {
 		Expect(testEnv.Stop()).To(Succeed())
 	}
 })
-
-// register makes the APIService, its Service and the endpoint at ip:port, and waits until the
-// API server finds the UI server available.
-func register(ip string, port int32, caBundle []byte) {
-	ctx := context.Background()
-	Expect(adm.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shepherd-system"}})).To(Succeed())
-	Expect(adm.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "shepherd-api", Namespace: "shepherd-system"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(port)}}}})).To(Succeed())
-	Expect(adm.Create(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "shepherd-api", Namespace: "shepherd-system"}, //nolint:staticcheck // the aggregator may still read Endpoints
-		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip}}, Ports: []corev1.EndpointPort{{Name: "https", Port: port}}}}})).To(Succeed()) //nolint:staticcheck
-	ready, name := true, "https"
-	Expect(adm.Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "shepherd-api-1", Namespace: "shepherd-system",
-		Labels: map[string]string{discoveryv1.LabelServiceName: "shepherd-api"}}, AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports:     []discoveryv1.EndpointPort{{Name: &name, Port: &port}}})).To(Succeed())
-	// The APIService as config/ui ships it (the manager writes its caBundle; here the test does).
-	apisvc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-		"metadata": map[string]any{"name": ui.APIServiceName},
-		"spec": map[string]any{"group": ui.Group, "version": ui.Version, "groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
-			"service": map[string]any{"namespace": "shepherd-system", "name": "shepherd-api", "port": int64(443)}, "caBundle": caBundle}}}
-	Expect(adm.Create(ctx, apisvc)).To(Succeed())
-	Eventually(func(g Gomega) {
-		g.Expect(adm.Get(ctx, client.ObjectKeyFromObject(apisvc), apisvc)).To(Succeed())
-		conds, _, _ := unstructured.NestedSlice(apisvc.Object, "status", "conditions")
-		g.Expect(conds).To(ContainElement(And(HaveKeyWithValue("type", "Available"), HaveKeyWithValue("status", "True"))), "%v", conds)
-	}).WithTimeout(time.Minute).Should(Succeed())
-}
 
 // shippedRoles creates the ClusterRoles config/rbac ships for users (their names as the
 // release prefixes them) and the board's binding to every authenticated user.
