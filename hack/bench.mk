@@ -4,7 +4,7 @@
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bench-scm bench-scm-manager bench-workspace bench-session-start bench-fanout ## Run every benchmark.
+bench: bench-scm bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream ## Run every benchmark.
 
 .PHONY: bench-scm
 bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
@@ -36,3 +36,8 @@ bench-fanout: ## N AgentSessions at once on KWOK nodes (runners simulated) again
 .PHONY: bench-webhooks
 bench-webhooks: ## The webhook receiver on loopback: signed deliveries per second and peak heap, alone and under an unauthenticated flood (ratios in the same run).
 	go run ./hack/bench/webhooks $(BENCH_WEBHOOKS_FLAGS)
+
+# BENCH_STREAM_FLAGS: e.g. --sessions=20 --duration=10s for a quick run.
+.PHONY: bench-stream
+bench-stream: ## 100 sessions streaming transcripts at once through the runner channel, the manager and the real API server's aggregation layer: p50/p99 to kubectl shepherd logs -f and to Chromium, against one session alone; the windows' memory.
+	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go run ./hack/bench/stream --chromium="$$(hack/chromium.sh)" $(BENCH_STREAM_FLAGS)
