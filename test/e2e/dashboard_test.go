@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -85,4 +86,50 @@ func steerFromDashboard(ctx context.Context, c *cluster, p *agentProject, s *age
 	Expect(p.model.Problems()).To(BeEmpty())
 	Expect(c.client.Get(ctx, key, s)).To(Succeed())
 	Expect(s.Spec.Messages).To(HaveLen(1), "sent once")
+	shot := func(name string) {
+		GinkgoHelper()
+		tc, cancel := context.WithTimeout(bctx, 20*time.Second)
+		defer cancel()
+		png, err := chromedp.Run(tc, chromedp.FullScreenshot(100)) // quality 100 is a PNG
+		Expect(err).NotTo(HaveOccurred())
+		file := filepath.Join(artifactDir(), name)
+		Expect(os.WriteFile(file, png, 0o644)).To(Succeed())
+		AddReportEntry("screenshot", file)
+	}
+	shot("e2e-dashboard-session.png")
+
+	By("stop from the page: the board shows the session Stopped; restore from the page brings it back")
+	page := base + ui.SessionLink("", s.Namespace, s.Name)
+	card := `article[data-session="` + s.Namespace + "/" + s.Name + `"]`
+	run(time.Minute, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#stop")), chromedp.Click(chromedp.CSS("#stop")),
+		chromedp.WaitVisible(chromedp.CSS("#done")))
+	Expect(c.client.Get(ctx, key, s)).To(Succeed())
+	Expect(s.Spec.State).To(Equal(agentsv1alpha1.SessionStopped))
+	run(2*time.Minute, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(card+`[data-phase="Stopped"]`)))
+	shot("e2e-dashboard-board.png")
+	run(time.Minute, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#restore")), chromedp.Click(chromedp.CSS("#restore")),
+		chromedp.WaitVisible(chromedp.CSS("#done")))
+	Expect(c.client.Get(ctx, key, s)).To(Succeed())
+	Expect(s.Spec.State).To(Equal(agentsv1alpha1.SessionRunning))
+	run(2*time.Minute, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(card+`:not([data-phase="Stopped"])`)))
+
+	By("approve from the page: the head it showed is the one approved")
+	Expect(c.client.Get(ctx, key, s)).To(Succeed())
+	Expect(s.Status.PullRequest).NotTo(BeNil())
+	head := s.Status.PullRequest.HeadSHA
+	run(time.Minute, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#approve")), chromedp.Click(chromedp.CSS("#approve")),
+		chromedp.WaitVisible(chromedp.CSS("#done")))
+	Expect(c.client.Get(ctx, key, s)).To(Succeed())
+	Expect(s.Annotations).To(HaveKeyWithValue(agentsv1alpha1.ApprovedHeadAnnotation, head))
+	Expect(s.Spec.Messages).To(HaveLen(1), "nothing was sent twice")
+}
+
+// artifactDir is where the e2e's screenshots go: $SHEPHERD_ARTIFACTS, else the spec's
+// temporary directory (the report names each file).
+func artifactDir() string {
+	if d := os.Getenv("SHEPHERD_ARTIFACTS"); d != "" {
+		Expect(os.MkdirAll(d, 0o755)).To(Succeed())
+		return d
+	}
+	return GinkgoT().TempDir()
 }
