@@ -131,6 +131,18 @@ func haFailover(ctx context.Context, c *cluster) {
 		g.Expect(*l.Spec.HolderIdentity).NotTo(HavePrefix(leader.Name + "_"))
 		g.Expect(*l.Spec.HolderIdentity).NotTo(BeEmpty())
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+
+	By("the UI follows the leader: only its pod carries the ui-serving label, and the API server reaches it")
+	Eventually(func(g Gomega) {
+		now := leaderPod(ctx, c)
+		var pods corev1.PodList
+		g.Expect(c.client.List(ctx, &pods, client.InNamespace(managerNamespace), client.MatchingLabels{controller.LabelUIServing: "true"})).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(1))
+		g.Expect(pods.Items[0].Name).To(Equal(now.Name))
+		_, err := c.clientset.Discovery().RESTClient().Get().AbsPath("/apis/ui.agents.shepherd.dev/v1alpha1").DoRaw(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+	}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	uiAvailable(c)
 }
 
 func do(httpc *http.Client, req *http.Request) (int, string, error) {
