@@ -13,13 +13,20 @@ import (
 const (
 	DefaultMaxEntries = 1000
 	DefaultMaxBytes   = 512 << 10
+	// DefaultMaxTotalBytes bounds all windows together: with many sessions streaming, each
+	// window's share is this divided among them (at least MinShareBytes), so 5000 busy sessions
+	// hold about 52 KiB each instead of 512 KiB, 2.5 GiB in all.
+	DefaultMaxTotalBytes = 256 << 20
+	// MinShareBytes is the least a window keeps, however many sessions share the total.
+	MinShareBytes = 16 << 10
 )
 
 // Store keeps a bounded window of each session's newest entries in memory and wakes the readers
 // that follow it. It is safe for concurrent use.
 type Store struct {
-	// MaxEntries and MaxBytes bound one window (Entry.Size); zero uses the defaults.
-	MaxEntries, MaxBytes int
+	// MaxEntries and MaxBytes bound one window (Entry.Size); MaxTotalBytes all of them, as a
+	// share per window applied when it grows. Zero uses the defaults.
+	MaxEntries, MaxBytes, MaxTotalBytes int
 
 	mu      sync.Mutex
 	windows map[types.NamespacedName]*window
@@ -37,13 +44,21 @@ type window struct {
 	changed chan struct{}
 }
 
+// limits are a window's bounds now: its entries, and its bytes, which is MaxBytes or, with more
+// windows than the total holds at MaxBytes each, its share of MaxTotalBytes. Call with mu held.
 func (s *Store) limits() (int, int) {
-	n, b := s.MaxEntries, s.MaxBytes
+	n, b, total := s.MaxEntries, s.MaxBytes, s.MaxTotalBytes
 	if n <= 0 {
 		n = DefaultMaxEntries
 	}
 	if b <= 0 {
 		b = DefaultMaxBytes
+	}
+	if total <= 0 {
+		total = DefaultMaxTotalBytes
+	}
+	if w := len(s.windows); w > 0 {
+		b = min(b, max(total/w, MinShareBytes))
 	}
 	return n, b
 }
@@ -71,10 +86,10 @@ func (s *Store) windowLocked(key types.NamespacedName, uid types.UID) *window {
 // held before: a runner that sees it below its batch's first Seq less one knows the manager
 // missed entries and sends its older ones.
 func (s *Store) Append(key types.NamespacedName, uid types.UID, entries []Entry) (before uint64) {
-	maxN, maxB := s.limits()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.windowLocked(key, uid)
+	maxN, maxB := s.limits()
 	before = w.last
 	added := false
 	for _, e := range entries {

@@ -3,6 +3,7 @@ package transcript_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -217,4 +218,51 @@ func TestStoreBoundsAndReplays(t *testing.T) {
 	g.Expect(es).To(HaveLen(1))
 	s.Forget(key)
 	g.Expect(s.Stats()).To(Equal(transcript.Stats{}))
+}
+
+// TestStoreSharesTheTotal: with more sessions than the total holds at MaxBytes each, a window
+// that grows keeps only its share, so all windows together stay near MaxTotalBytes however many
+// sessions stream; a window never keeps less than transcript.MinShareBytes.
+func TestStoreSharesTheTotal(t *testing.T) {
+	const text = 1024 - 96 // an entry of 1 KiB (Entry.Size)
+	s := &transcript.Store{MaxEntries: 100000, MaxBytes: 512 << 10, MaxTotalBytes: 1 << 20}
+	fill := func(name string, kib int) {
+		key := types.NamespacedName{Namespace: "ns", Name: name}
+		last := s.Last(key)
+		batch := make([]transcript.Entry, kib)
+		for i := range batch {
+			batch[i] = transcript.Entry{Seq: last + uint64(i) + 1, Kind: transcript.KindText, Text: strings.Repeat("x", text)}
+		}
+		s.Append(key, "", batch)
+	}
+	fill("a", 600)
+	fill("b", 600)
+	if st := s.Stats(); st.Bytes > 1<<20 {
+		t.Fatalf("two windows at their 512 KiB bound hold %d bytes", st.Bytes)
+	}
+	// Eight sessions: a share of 128 KiB each; a window that grows is cut to it.
+	for _, n := range []string{"c", "d", "e", "f", "g", "h"} {
+		fill(n, 200)
+	}
+	// Each is cut when it next grows (a window that stays quiet keeps what it has until then).
+	for _, n := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		fill(n, 1)
+	}
+	st := s.Stats()
+	if st.Sessions != 8 || st.Bytes > 1<<20 {
+		t.Fatalf("8 sessions hold %d bytes, over the 1 MiB total: %+v", st.Bytes, st)
+	}
+	// A thousand sessions: the share is below transcript.MinShareBytes, which each window keeps.
+	for i := range 1000 {
+		fill(fmt.Sprintf("s-%d", i), 40)
+	}
+	key := types.NamespacedName{Namespace: "ns", Name: "s-999"}
+	es, _, _ := s.Read(key, 0, 0)
+	kept := 0
+	for _, e := range es {
+		kept += e.Size()
+	}
+	if kept > transcript.MinShareBytes || kept < transcript.MinShareBytes-1024 {
+		t.Fatalf("a window of 1008 sessions keeps %d bytes, want about %d", kept, transcript.MinShareBytes)
+	}
 }
