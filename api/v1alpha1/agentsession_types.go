@@ -75,6 +75,49 @@ type AgentSessionSpec struct {
 	// +optional
 	// +kubebuilder:default=Running
 	State SessionState `json:"state,omitempty"`
+
+	// Limits override the Project's per-session limits (spec.limits.maxDuration, maxTurns).
+	// +optional
+	Limits *SessionLimits `json:"limits,omitempty"`
+
+	// OnDelete is what deleting the session does to its pull request while it is open: Keep
+	// (the default) leaves it; ClosePullRequest closes it with a comment saying why, once,
+	// before the session goes.
+	// +optional
+	// +kubebuilder:default=Keep
+	OnDelete SessionDeletePolicy `json:"onDelete,omitempty"`
+}
+
+// SessionDeletePolicy says what deleting a session does to its open pull request.
+// +kubebuilder:validation:Enum=Keep;ClosePullRequest
+type SessionDeletePolicy string
+
+const (
+	// DeleteKeep leaves the pull request open.
+	DeleteKeep SessionDeletePolicy = "Keep"
+	// DeleteClosePullRequest closes the open pull request with a comment.
+	DeleteClosePullRequest SessionDeletePolicy = "ClosePullRequest"
+)
+
+// SessionLimits end a session that runs too long or takes too many turns: it becomes Done with
+// the reason (MaxDurationReached, MaxTurnsReached) and a notification of priority action. The
+// pull request, if any, stays open for a human.
+type SessionLimits struct {
+	// MaxDuration ends the session this long after its agent first started (time in the queue
+	// does not count; a stop and restore does). The end comes at the deadline, in the middle of
+	// a turn if need be: it bounds what a runaway agent can spend. 1m..720h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('1m') && duration(self) <= duration('720h')`,message="maxDuration must be between 1m and 720h"
+	MaxDuration *metav1.Duration `json:"maxDuration,omitempty"`
+
+	// MaxTurns ends the session once its agent has finished this many turns (the first, and
+	// each message or reaction after it), never in the middle of one. 1..1000.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxTurns *int32 `json:"maxTurns,omitempty"`
 }
 
 // WorktreeTemplate describes the Worktree a session creates for itself.

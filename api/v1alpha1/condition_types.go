@@ -127,6 +127,10 @@ const (
 	ReasonPullRequestOpened     = "PullRequestOpened"
 	ReasonPullRequestDraft      = "PullRequestDraft"
 	ReasonPullRequestClosed     = "PullRequestClosed"
+	ReasonMaxDurationReached    = "MaxDurationReached"
+	ReasonMaxTurnsReached       = "MaxTurnsReached"
+	ReasonIssueClosed           = "IssueClosed"
+	ReasonPullRequestKept       = "PullRequestKept"
 	ReasonPullRequestMerged     = "PullRequestMerged"
 	ReasonChecksPassed          = "ChecksPassed"
 	ReasonChecksFailed          = "ChecksFailed"
@@ -156,6 +160,10 @@ const (
 	// WorktreeFinalizer holds a Worktree until its checkout is removed, and refuses deletion while a
 	// session is bound or commits are unpushed (unless ForceDeleteAnnotation is "true").
 	WorktreeFinalizer = "agents.shepherd.dev/worktree-protection"
+	// ClosePullRequestFinalizer holds an AgentSession with spec.onDelete ClosePullRequest until its
+	// open pull request is closed (or, the forge unreachable, ClosePullRequestGiveUp has passed).
+	// Sessions with onDelete Keep carry no finalizer: deleting them never waits on the manager.
+	ClosePullRequestFinalizer = "agents.shepherd.dev/close-pull-request"
 	// Sessions and Projects have no finalizer: their children carry owner references and the
 	// garbage collector removes them, so deleting them costs no extra write.
 )

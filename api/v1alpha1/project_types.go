@@ -249,7 +249,35 @@ type TrackerSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=16384
 	PromptTemplate string `json:"promptTemplate,omitempty"`
+
+	// OnIssueClosed is what becomes of a session whose tracker issue is closed (done or
+	// cancelled) while it works: Stop (the default) ends it Done with reason IssueClosed, its
+	// pod deleted and its Worktree kept as after any Done; Ignore lets it go on.
+	// +optional
+	// +kubebuilder:default=Stop
+	OnIssueClosed IssueClosedPolicy `json:"onIssueClosed,omitempty"`
+
+	// IssuePollInterval is how often the issues of the Project's working sessions are checked
+	// for closing: one tracker query for all of them (GitHub and Gitea list the issues closed
+	// since the oldest session started; Linear asks for the issues by number). 1m..24h,
+	// default 10m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`duration(self) >= duration('1m') && duration(self) <= duration('24h')`,message="issuePollInterval must be between 1m and 24h"
+	IssuePollInterval *metav1.Duration `json:"issuePollInterval,omitempty"`
 }
+
+// IssueClosedPolicy says what a session does when its tracker issue closes.
+// +kubebuilder:validation:Enum=Stop;Ignore
+type IssueClosedPolicy string
+
+const (
+	// IssueClosedStop ends the session (Done, IssueClosed).
+	IssueClosedStop IssueClosedPolicy = "Stop"
+	// IssueClosedIgnore lets the session go on.
+	IssueClosedIgnore IssueClosedPolicy = "Ignore"
+)
 
 // LinearSpec configures the Linear GraphQL API.
 type LinearSpec struct {
@@ -574,6 +602,10 @@ type LimitsSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	MaxConcurrentSessions *int32 `json:"maxConcurrentSessions,omitempty"`
+
+	// SessionLimits are every session's maxDuration and maxTurns; a session's spec.limits
+	// overrides each. Unset means none.
+	SessionLimits `json:",inline"`
 }
 
 // ActivitySpec holds the thresholds that turn agent silence into a phase.

@@ -55,12 +55,13 @@ func (r *AgentSessionReconciler) actionTable() map[lifecycle.ActionType]actionRu
 		lifecycle.ActionSendToAgent:     r.runWake,
 		// Notifications are queued in the status the decision wrote (status.notifications) and
 		// handed to the dispatcher for every route not yet delivered (dispatch).
-		lifecycle.ActionNotify:          r.runNotification,
-		lifecycle.ActionEscalate:        r.runNotification,
-		lifecycle.ActionCreateWorktree:  r.runCreateWorktree,
-		lifecycle.ActionCreatePod:       r.runCreatePod,
-		lifecycle.ActionDeletePod:       r.runDeletePod,
-		lifecycle.ActionReleaseWorktree: r.runReleaseWorktree,
+		lifecycle.ActionNotify:           r.runNotification,
+		lifecycle.ActionEscalate:         r.runNotification,
+		lifecycle.ActionCreateWorktree:   r.runCreateWorktree,
+		lifecycle.ActionCreatePod:        r.runCreatePod,
+		lifecycle.ActionDeletePod:        r.runDeletePod,
+		lifecycle.ActionReleaseWorktree:  r.runReleaseWorktree,
+		lifecycle.ActionClosePullRequest: r.runClosePullRequest,
 	}
 }
 

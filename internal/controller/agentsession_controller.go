@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -97,6 +98,11 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if !sess.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(sess, agentsv1alpha1.ClosePullRequestFinalizer) {
+		// spec.onDelete ClosePullRequest: the lifecycle decides the close (an action), and the
+		// finalizer goes once nothing is left to close (closeOnDelete).
+		return r.reconcileDeleting(ctx, req, sess)
+	}
 	if !sess.DeletionTimestamp.IsZero() {
 		// Deletion cleanup is the garbage collector's, on purpose: the agent pod and the
 		// session's own Worktree carry a controller owner reference with blockOwnerDeletion, so
@@ -111,12 +117,25 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.Hub.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
+	if err := r.ensureDeleteFinalizer(ctx, sess); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
 	orig := sess.DeepCopy()
 	s := r.newScope(sess, req.NamespacedName)
 	var recErr error
 	defer func() { res, retErr = r.finishSession(ctx, s, orig, recErr) }()
 
-	for _, step := range []func(context.Context, *sessionScope) error{
+	for _, step := range r.steps() {
+		if recErr = step(ctx, s); recErr != nil {
+			break
+		}
+	}
+	return res, retErr
+}
+
+// steps are the ordered sub-reconcilers; the first error stops them.
+func (r *AgentSessionReconciler) steps() []func(context.Context, *sessionScope) error {
+	return []func(context.Context, *sessionScope) error{
 		r.resolveProject,
 		r.admit,
 		r.connect,
@@ -124,12 +143,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.reconcileWorktree,
 		r.observePod,
 		r.decide,
-	} {
-		if recErr = step(ctx, s); recErr != nil {
-			break
-		}
 	}
-	return res, retErr
 }
 
 // newScope starts a reconcile's scope with what is read once for the decision and the status:
@@ -413,6 +427,12 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		Pod:      podEvidence(s.pod, s.nodeLost),
 		Previous: s.sess.Status,
 	}
+	in.Spec.MaxDuration, in.Spec.MaxTurns = sessionLimits(s.project, s.sess)
+	in.Spec.Deleting = !s.sess.DeletionTimestamp.IsZero()
+	in.Spec.ClosePullRequestOnDelete = s.sess.Spec.OnDelete == agentsv1alpha1.DeleteClosePullRequest
+	if stopsOnIssueClosed(s.project) && s.sess.Spec.Issue != "" {
+		in.Issue = r.Issues.evidence(client.ObjectKeyFromObject(s.sess))
+	}
 	in.Workspace.Own = s.sess.Spec.WorktreeRef == nil
 	in.Workspace.RemoveAfterMerge = s.project.Spec.Cleanup != nil && s.project.Spec.Cleanup.WorktreeAfterMerge == agentsv1alpha1.WorktreeRemove
 	if s.sess.Spec.WorktreeRef != nil && !s.wtFound {
@@ -546,4 +566,28 @@ func requestsFor(items []agentsv1alpha1.AgentSession) []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&items[i])})
 	}
 	return out
+}
+
+// sessionLimits are the session's maxDuration and maxTurns: its spec.limits over its Project's
+// spec.limits (zero: none).
+func sessionLimits(p *agentsv1alpha1.Project, sess *agentsv1alpha1.AgentSession) (time.Duration, int32) {
+	var d time.Duration
+	var n int32
+	if l := p.Spec.Limits; l != nil {
+		if l.MaxDuration != nil {
+			d = l.MaxDuration.Duration
+		}
+		if l.MaxTurns != nil {
+			n = *l.MaxTurns
+		}
+	}
+	if l := sess.Spec.Limits; l != nil {
+		if l.MaxDuration != nil {
+			d = l.MaxDuration.Duration
+		}
+		if l.MaxTurns != nil {
+			n = *l.MaxTurns
+		}
+	}
+	return d, n
 }

@@ -300,6 +300,27 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 		})
 	}
 
+	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+		It("closes a deleted session's pull request once, with one comment, when the manager dies at "+string(point)+" of closing it", func() {
+			w := newWorld()
+			create(w.project().Obj())
+			a := onDeleteSession(w, "close-"+map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			closes := gh.Stats().ByRoute[closePullRoute]
+			hit := crashAt(lifecycle.ActionClosePullRequest, point, objKey(w.ns, a.name))
+			Expect(k8sClient.Delete(ctx, session(w.ns, a.name))).To(Succeed())
+			Eventually(hit).Should(BeClosed(), "the manager reached the crash point")
+			mgr.stop()
+			mgr.actionHook.Store(nil)
+			mgr.start()
+			Eventually(sessionGone(w.ns, a.name)).Should(BeTrue())
+			info, err := gh.PullRequest(w.full, a.pr)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(info.State).To(Equal("closed"))
+			Expect(closingComments(w, a)).To(Equal(1), "one comment across the crash")
+			Expect(gh.Stats().ByRoute[closePullRoute]-closes).To(Equal(1), "one close call across the crash")
+		})
+	}
+
 	It("merges once when the forge answers 502 to the first merge call, and says it retries meanwhile", func() {
 		w, a := mergeWorld("merge-502")
 		merges := gh.Stats().ByRoute[mergeRoute]

@@ -42,6 +42,9 @@ type Deps struct {
 	runnerCerts *runnertls.Certificates
 	caMu        sync.Mutex
 	onCA        []func()
+	// Issues holds what the Projects' trackers said of their sessions' issues (closed ones);
+	// nil watches none.
+	Issues *issueWatch
 	// Deliveries collects notification results for the sessions and the Projects' status.
 	Deliveries *deliveryResults
 	// Now is the clock (time.Now in production; tests may inject one).

@@ -131,6 +131,7 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		r.reconcileWorkspaceVolume,
 		r.reconcileEgressPolicy,
 		r.reconcileBacklog,
+		r.reconcileIssues,
 	}
 	for _, step := range steps {
 		if recErr = step(ctx, s); recErr != nil {
@@ -173,6 +174,7 @@ func (r *ProjectReconciler) forget(key types.NamespacedName) {
 	}
 	r.accessMu.Unlock()
 	r.backlog.forget(key)
+	r.Issues.forgetProject(key)
 	r.forgetTracker(key)
 	r.Metrics.ForgetProject(key.Namespace, key.Name)
 }

@@ -155,6 +155,7 @@ func newDeps(mgr ctrl.Manager, cfg Config, wake func(types.NamespacedName), proj
 		Hub:         hub,
 		Reports:     reports,
 		Deliveries:  deliveries,
+		Issues:      newIssueWatch(wake),
 		Transcripts: &transcript.Store{},
 		Now:         cfg.Now,
 		Options:     cfg.Options,

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shepherd-dev/shepherd/internal/clip"
@@ -94,6 +95,11 @@ func Decide(in Input) Decision {
 	e.pullRequestActions()
 	e.podActions()
 	e.worktreeActions()
+	if e.in.Spec.Deleting {
+		// The garbage collector removes the pod and the Worktree with the session; nothing is
+		// started, sent or told for a session on its way out: only its pull request is closed.
+		e.actions = slices.DeleteFunc(e.actions, func(a Action) bool { return a.Type != ActionClosePullRequest })
+	}
 	return e.decision()
 }
 
@@ -219,6 +225,12 @@ func (e *eval) decidePhase() {
 		switch {
 		case e.pr.known && e.pr.state == agentsv1alpha1.PullRequestClosed:
 			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonPullRequestClosed, "Pull request "+e.pr.ref()+" was closed without merging")
+		case e.in.Issue.Closed:
+			// The work is no longer wanted. An open pull request is left for a human; if its merge
+			// is what closed the issue, rule 2 makes the session Merged once the forge says so.
+			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonIssueClosed,
+				fmt.Sprintf("Issue %s was closed in the tracker (%s)", e.in.Issue.ID, clip.Marked(e.in.Issue.State, 64, truncated)))
+		case e.limitReached():
 		case entering && !admitted:
 			// Admission is sticky: a session that left the queue keeps its slot until it stops.
 			e.set(agentsv1alpha1.PhaseQueued, agentsv1alpha1.ReasonQueued, "Waiting for a slot under the Project's maxConcurrentSessions")
@@ -231,6 +243,33 @@ func (e *eval) decidePhase() {
 		// The explicit restore: state went back to Running.
 		e.restored = prev == agentsv1alpha1.PhaseStopped && !e.phase.IsTerminal()
 	}
+}
+
+// limitReached ends the session at its maxDuration (counted from the agent's first start) or
+// once its agent finished maxTurns turns and is not in the middle of another; the pull request
+// stays as it is, for a human. Before the deadline it asks to be decided again at it.
+func (e *eval) limitReached() bool {
+	if d := e.in.Spec.MaxDuration; d > 0 && e.prev.StartTime != nil {
+		end := e.prev.StartTime.Add(d)
+		if !e.now.Before(end) {
+			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonMaxDurationReached,
+				fmt.Sprintf("The session reached its maxDuration of %s: its agent started at %s", d, e.prev.StartTime.UTC().Format(time.RFC3339)))
+			return true
+		}
+		e.after(end)
+	}
+	if n := e.in.Spec.MaxTurns; n > 0 {
+		usage := e.prev.Usage
+		if e.agent.current && e.in.Runner.Usage != nil {
+			usage = e.in.Runner.Usage
+		}
+		if usage != nil && usage.Turns >= n && e.in.Runner.State != agentsv1alpha1.ActivityActive {
+			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonMaxTurnsReached,
+				fmt.Sprintf("The agent finished %d turns, its maxTurns of %d", usage.Turns, n))
+			return true
+		}
+	}
+	return false
 }
 
 // holdTerminal keeps a terminal phase, with the reason it was entered for.

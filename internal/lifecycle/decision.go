@@ -106,17 +106,21 @@ const (
 	// merged (the Project's cleanup policy): its checkout goes, the record and branch stay.
 	// Fields: ID.
 	ActionReleaseWorktree ActionType = "ReleaseWorktree"
+	// ActionClosePullRequest closes pull request PullRequestNumber with the comment Text, for a
+	// session being deleted with spec.onDelete ClosePullRequest, while the forge shows it open.
+	// Fields: ID, PullRequestNumber, Text.
+	ActionClosePullRequest ActionType = "ClosePullRequest"
 )
 
 // ActionTypes lists every action type, in the order docs/architecture.md lists them.
-var ActionTypes = []ActionType{ActionMerge, ActionOpenPullRequest, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreateWorktree, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree}
+var ActionTypes = []ActionType{ActionMerge, ActionOpenPullRequest, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreateWorktree, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree, ActionClosePullRequest}
 
 // Level reports whether an action follows the state of the world rather than an event: it is
 // asked for in every decision while the evidence calls for it (a pod that should exist and does
 // not), and made safe to repeat by the API server (a deterministic name, a UID precondition, a
 // state to set), not by a key in status.
 func (t ActionType) Level() bool {
-	return t == ActionCreateWorktree || t == ActionCreatePod || t == ActionDeletePod || t == ActionReleaseWorktree
+	return t == ActionCreateWorktree || t == ActionCreatePod || t == ActionDeletePod || t == ActionReleaseWorktree || t == ActionClosePullRequest
 }
 
 // Action is one thing the controller must do. Only the fields its Type lists are set.

@@ -58,6 +58,15 @@ func (e *eval) podActions() {
 // nor while it is stopped. A request that is not run is answered by the manager's wait running
 // out, and the runner reports the failure.
 func (e *eval) pullRequestActions() {
+	if e.in.Spec.Deleting {
+		// Only on a fresh read: after a restart the status may still say open of a pull request
+		// the previous manager closed, and a second close would comment twice.
+		if e.in.Spec.ClosePullRequestOnDelete && e.pr.fresh && e.pr.state == agentsv1alpha1.PullRequestOpen {
+			e.actions = append(e.actions, Action{Type: ActionClosePullRequest, ID: "pr.close." + strconv.FormatInt(e.pr.number, 10),
+				PullRequestNumber: e.pr.number, Text: "Closed by Shepherd: the AgentSession that opened this pull request was deleted (spec.onDelete: ClosePullRequest)."})
+		}
+		return
+	}
 	ask := e.in.Runner.PullRequestAsk
 	if ask == "" || e.phase.IsTerminal() || e.desired() == agentsv1alpha1.SessionStopped {
 		return

@@ -123,7 +123,12 @@ func (e *eval) phaseEvent(mergedEmitted bool) {
 	case agentsv1alpha1.PhaseStopped:
 		e.event(agentsv1alpha1.EventSessionKilled, info, e.reason, e.message)
 	case agentsv1alpha1.PhaseDone:
-		e.event(agentsv1alpha1.EventSessionDone, info, e.reason, e.message)
+		p := info
+		if limitReason(e.reason) {
+			// A limit cut the work short: a human decides what becomes of it.
+			p = agentsv1alpha1.PriorityAction
+		}
+		e.event(agentsv1alpha1.EventSessionDone, p, e.reason, e.message)
 	case agentsv1alpha1.PhaseErrored:
 		e.event(agentsv1alpha1.EventSessionErrored, urgent, e.reason, e.message)
 	case agentsv1alpha1.PhaseMerged:
@@ -244,8 +249,19 @@ func (e *eval) builtinNotifications() {
 		}
 		e.actions = append(e.actions, Action{Type: ActionNotify, ID: id("errored"), Event: agentsv1alpha1.EventSessionErrored, Reason: e.reason,
 			Priority: agentsv1alpha1.PriorityUrgent, Text: "The session errored: " + e.message + "."})
+	case agentsv1alpha1.PhaseDone:
+		if limitReason(e.reason) {
+			e.actions = append(e.actions, Action{Type: ActionNotify, ID: id("limit"), Event: agentsv1alpha1.EventSessionDone, Reason: e.reason,
+				Priority: agentsv1alpha1.PriorityAction, Text: e.message + "; the pull request, if any, stays open for you."})
+		}
 	case agentsv1alpha1.PhaseMerged:
 		e.actions = append(e.actions, Action{Type: ActionNotify, ID: id("merged"), Event: agentsv1alpha1.EventPRMerged, Reason: agentsv1alpha1.ReasonPullRequestMerged,
 			Priority: agentsv1alpha1.PriorityAction, Text: e.message + "."})
 	}
+}
+
+// limitReason reports whether a session ended at one of its limits (maxDuration, maxTurns):
+// work cut short, which a human decides about.
+func limitReason(reason string) bool {
+	return reason == agentsv1alpha1.ReasonMaxDurationReached || reason == agentsv1alpha1.ReasonMaxTurnsReached
 }

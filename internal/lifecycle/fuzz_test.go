@@ -48,9 +48,9 @@ var fuzzSettings = []Settings{
 }
 
 // fuzzInput turns bytes into the evidence of one reconcile at now.
-func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha1.SessionState) Input {
+func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha1.SessionState, limits SpecEvidence) Input {
 	in := Input{Now: now, Generation: int64(1 + r.next()%3), Settings: settings}
-	in.Spec = SpecEvidence{State: desired, Admitted: !r.chance(5)}
+	in.Spec = SpecEvidence{State: desired, Admitted: !r.chance(5), MaxDuration: limits.MaxDuration, MaxTurns: limits.MaxTurns}
 	for _, id := range []string{"m1", "m2", "m3"} {
 		if r.chance(3) {
 			in.Spec.Messages = append(in.Spec.Messages, agentsv1alpha1.Message{ID: id, Text: "please " + id})
@@ -87,6 +87,9 @@ func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha
 			ExitCode:          pick(r, (*int32)(nil), ptr(int32(0)), ptr(int32(1))),
 			PullRequestNumber: pick(r, int64(0), 0, 12),
 			AgentSessionID:    "conv",
+		}
+		if r.chance(2) {
+			in.Runner.Usage = &agentsv1alpha1.UsageStatus{Turns: int32(r.next() % 5)}
 		}
 	}
 
@@ -126,6 +129,12 @@ func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha
 		}
 	}
 	in.PullRequest = pr
+	if r.chance(30) {
+		in.Issue = IssueEvidence{ID: "42", Closed: true, State: "closed"}
+	}
+	if r.chance(40) {
+		in.Spec.Deleting, in.Spec.ClosePullRequestOnDelete = true, r.chance(2)
+	}
 	return in
 }
 
@@ -153,6 +162,11 @@ func runSequence(t *testing.T, data []byte) {
 	status := agentsv1alpha1.AgentSessionStatus{}
 	now := t0
 	desired := agentsv1alpha1.SessionRunning
+	// The session's limits (spec.limits over the Project's) hold for the whole sequence.
+	limits := SpecEvidence{
+		MaxDuration: pick(r, time.Duration(0), 0, 10*time.Minute, time.Hour),
+		MaxTurns:    pick(r, int32(0), 0, 1, 3),
+	}
 	escalated := map[episodeKey]bool{}
 	merged := map[string]bool{}
 	// The merge runner's record, and the heads whose merge may be asked for again: its record
@@ -186,7 +200,7 @@ func runSequence(t *testing.T, data []byte) {
 				askAgain[merge.HeadSHA], merge = true, MergeEvidence{}
 			}
 		}
-		in := fuzzInput(r, now, settings, desired)
+		in := fuzzInput(r, now, settings, desired, limits)
 		in.Previous = *status.DeepCopy()
 		in.Merge = merge
 
@@ -218,6 +232,25 @@ func runSequence(t *testing.T, data []byte) {
 		}
 		if len(d.Reactions) > len(Triggers) {
 			t.Fatalf("step %d: %d reaction entries", step, len(d.Reactions))
+		}
+		for _, a := range d.Actions {
+			if in.Spec.Deleting && a.Type != ActionClosePullRequest || a.Type == ActionClosePullRequest && !(in.Spec.Deleting && in.Spec.ClosePullRequestOnDelete) {
+				t.Fatalf("step %d: %s asked (deleting %v, close on delete %v)", step, a.Type, in.Spec.Deleting, in.Spec.ClosePullRequestOnDelete)
+			}
+		}
+		// A limit that ends the session tells a human once, at the transition, and only then.
+		limitNotes := 0
+		for _, a := range d.Actions {
+			if a.Type == ActionNotify && a.Event == agentsv1alpha1.EventSessionDone {
+				limitNotes++
+			}
+		}
+		if ended := d.Phase == agentsv1alpha1.PhaseDone && limitReason(d.Reason) && prev != agentsv1alpha1.PhaseDone && !in.Spec.Deleting; limitNotes != map[bool]int{true: 1}[ended] {
+			t.Fatalf("step %d: %d limit notifications for %s -> %s (%s)", step, limitNotes, prev, d.Phase, d.Reason)
+		}
+		if limitReason(d.Reason) && (limits.MaxDuration == 0 && d.Reason == agentsv1alpha1.ReasonMaxDurationReached ||
+			limits.MaxTurns == 0 && d.Reason == agentsv1alpha1.ReasonMaxTurnsReached) {
+			t.Fatalf("step %d: %s without that limit", step, d.Reason)
 		}
 		for _, a := range d.Actions {
 			switch a.Type {

@@ -28,6 +28,9 @@ type Input struct {
 	// manager has none, and the lifecycle asks for the merge again (the forge's answer after the
 	// restart, a merged pull request, ends that).
 	Merge MergeEvidence
+	// Issue is the session's tracker issue as last read; zero when the session has none, the
+	// tracker was not read yet, or the Project ignores closed issues (tracker.onIssueClosed).
+	Issue IssueEvidence
 
 	// Previous is the status as last written (by Apply). It is only read.
 	Previous agentsv1alpha1.AgentSessionStatus
@@ -46,6 +49,15 @@ type SpecEvidence struct {
 	// (the ApprovedHeadAnnotation, set by Argo CD's approve action or kubectl annotate): while it
 	// names the current head, approvedAndGreen merges that head whatever its configured action.
 	ApprovedHead string
+	// MaxDuration and MaxTurns are the session's limits (its spec.limits over the Project's);
+	// zero means none. MaxDuration counts from Previous.StartTime, MaxTurns finished turns.
+	MaxDuration time.Duration
+	MaxTurns    int32
+	// Deleting is true once the session has a deletion timestamp (it then waits on Shepherd's
+	// finalizer only for ClosePullRequestOnDelete): the decision asks for nothing but that close.
+	Deleting bool
+	// ClosePullRequestOnDelete is spec.onDelete ClosePullRequest.
+	ClosePullRequestOnDelete bool
 }
 
 // WorkspaceEvidence is the session's Worktree.
@@ -265,4 +277,14 @@ type MergeEvidence struct {
 // For reports whether the evidence is about the merge of pull request number at head.
 func (m MergeEvidence) For(number int64, head string) bool {
 	return m.Outcome != MergeNotRun && m.PullRequestNumber == number && m.HeadSHA == head && head != ""
+}
+
+// IssueEvidence is what the tracker said of the session's issue.
+type IssueEvidence struct {
+	// ID is the issue as the session names it (spec.issue).
+	ID string
+	// Closed is true when the tracker reported the issue done or cancelled.
+	Closed bool
+	// State is the tracker's word for it ("closed", "Done", "Canceled").
+	State string
 }

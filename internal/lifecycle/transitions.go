@@ -89,7 +89,7 @@ var Rules = []Rule{
 	{nStuck, nSpawning, "the agent pod lost past the grace, no pull request: respawn"},
 	{GroupLive, nStopped, "state set to Stopped"},
 	{GroupLive, nMerged, "the pull request itself says merged"},
-	{GroupLive, nDone, "the pull request was closed without merging, or the agent exited with code 0 and no pull request"},
+	{GroupLive, nDone, "the pull request was closed without merging, the issue was closed in the tracker, a limit (maxDuration, maxTurns) was reached, or the agent exited with code 0 and no pull request"},
 	{GroupStarted, nErrored, "workspace Failed or Missing past the grace, the agent container unable to start past the grace, or the agent exited with a failure and no pull request"},
 	{nStopped, nQueued, "restore (state Running again), not admitted"},
 	{nStopped, GroupStarted, "restore (state Running again), admitted: judged as if it were Spawning"},

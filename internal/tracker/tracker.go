@@ -61,6 +61,11 @@ type Tracker interface {
 	GetIssue(ctx context.Context, id string) (*Issue, error)
 	// IsCompleted reports whether the issue is done (closed, completed or cancelled).
 	IsCompleted(ctx context.Context, id string) (bool, error)
+	// Closed reports which of ids are done (closed, completed or cancelled), each with the
+	// tracker's word for its state, in as few requests as the tracker allows: one for any number
+	// of ids in the common case. since bounds the look-back: none of the issues was closed
+	// before it (their sessions started after). ids are as the user names them ("42", "ENG-7").
+	Closed(ctx context.Context, ids []string, since time.Time) (map[string]string, error)
 	// AddLabels adds labels (present ones are kept); RemoveLabels removes them (absent ones are
 	// ignored).
 	AddLabels(ctx context.Context, id string, labels ...string) error
@@ -155,4 +160,31 @@ func ParseNumber(id string) (int, error) {
 		return 0, fmt.Errorf("issue %q: %w: want a number such as 42 or #42", id, ErrInvalidID)
 	}
 	return n, nil
+}
+
+// MaxClosedQuery bounds the ids one Closed call takes; callers split larger sets.
+const MaxClosedQuery = 250
+
+// ClosedOneByOne asks IsCompleted for each of ids not yet in found (at most MaxClosedQuery), the
+// fallback of a listing that could not cover them all. A missing issue counts as not closed: the
+// session's own read reports it.
+func ClosedOneByOne(ctx context.Context, t Tracker, ids []string, found map[string]string, word string) error {
+	asked := 0
+	for _, id := range ids {
+		if _, ok := found[id]; ok || asked == MaxClosedQuery {
+			continue
+		}
+		asked++
+		done, err := t.IsCompleted(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if done {
+			found[id] = word
+		}
+	}
+	return nil
 }

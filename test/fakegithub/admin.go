@@ -491,7 +491,8 @@ func (s *Server) CloseIssue(full string, n int) error {
 	if r == nil || r.issues[n] == nil {
 		return fmt.Errorf("issue %s#%d: %w", full, n, ErrNotFound)
 	}
-	r.issues[n].State, r.issues[n].ClosedAt = "closed", s.now()
+	// Closing updates the issue, as on GitHub: a listing with since= finds it.
+	r.issues[n].State, r.issues[n].ClosedAt, r.issues[n].UpdatedAt = "closed", s.now(), s.now()
 	return nil
 }
 

@@ -805,6 +805,15 @@ func (s *Server) listIssues(r *Repo, q url.Values) restResult {
 	if l := q.Get("labels"); l != "" {
 		want = strings.Split(l, ",")
 	}
+	// since: only issues updated at or after the time (ISO 8601), as GitHub documents.
+	var since time.Time
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return restResult{status: http.StatusUnprocessableEntity, body: map[string]any{"message": "Validation Failed: since is not a timestamp"}}
+		}
+		since = t
+	}
 	nums := make([]int, 0, len(r.issues))
 	for n := range r.issues {
 		nums = append(nums, n)
@@ -813,7 +822,7 @@ func (s *Server) listIssues(r *Repo, q url.Values) restResult {
 	out := []any{}
 	for _, n := range nums {
 		is := r.issues[n]
-		if state != "all" && is.State != state {
+		if state != "all" && is.State != state || is.UpdatedAt.Before(since) {
 			continue
 		}
 		ok := true

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -468,6 +469,9 @@ func matches(is *Issue, filter any) bool {
 	if t, ok := f["team"].(map[string]any); ok && !compare(t["key"], is.team.key) {
 		return false
 	}
+	if !compareNumber(f["number"], is.Number) {
+		return false
+	}
 	if st, ok := f["state"].(map[string]any); ok && (!compare(st["type"], is.StateType) || !compare(st["name"], is.StateName)) {
 		return false
 	}
@@ -502,4 +506,23 @@ func containsAny(xs []any, x string) bool {
 		}
 	}
 	return false
+}
+
+// compareNumber applies a NumberComparator (eq, in, nin) to n, as Linear's filters do.
+func compareNumber(v any, n int) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return true
+	}
+	value := strconv.Itoa(n)
+	if eq, ok := m["eq"]; ok && eq != nil && fmt.Sprint(eq) != value {
+		return false
+	}
+	if in, ok := m["in"].([]any); ok && !containsAny(in, value) {
+		return false
+	}
+	if nin, ok := m["nin"].([]any); ok && containsAny(nin, value) {
+		return false
+	}
+	return true
 }

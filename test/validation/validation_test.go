@@ -131,6 +131,30 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			obj:  func(ns string) client.Object { return MakeProject("p", ns).TokenSecret("gh", "a/b").Obj() },
 			want: `spec.repository.credentials.secretRef.key: Invalid value: "a/b": spec.repository.credentials.secretRef.key in body should match '^[-._a-zA-Z0-9]+$'`,
 		}),
+		Entry("a maxDuration too short", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Limits = &agentsv1alpha1.LimitsSpec{SessionLimits: agentsv1alpha1.SessionLimits{MaxDuration: dur("30s")}}
+				}).Obj()
+			},
+			want: `spec.limits.maxDuration: Invalid value: "30s": maxDuration must be between 1m and 720h`,
+		}),
+		Entry("maxTurns of 0", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Limits = &agentsv1alpha1.LimitsSpec{SessionLimits: agentsv1alpha1.SessionLimits{MaxTurns: ptr(int32(0))}}
+				}).Obj()
+			},
+			want: `spec.limits.maxTurns: Invalid value: 0: spec.limits.maxTurns in body should be greater than or equal to 1`,
+		}),
+		Entry("an issue poll interval too short", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerGitHub, IssuePollInterval: dur("10s")}
+				}).Obj()
+			},
+			want: `spec.tracker.issuePollInterval: Invalid value: "10s": issuePollInterval must be between 1m and 24h`,
+		}),
 		Entry("a poll interval too short", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) { s.SCM.PollInterval = dur("1s") }).Obj()
@@ -450,6 +474,28 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 		Entry("both issue and prompt", invalid{
 			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("42").Prompt("fix it").Obj() },
 			want: `spec: Invalid value: set exactly one of spec.issue or spec.prompt`,
+		}),
+		Entry("a session's maxDuration too long", invalid{
+			obj: func(ns string) client.Object {
+				return MakeSession("s", ns, "p").Issue("42").With(func(s *agentsv1alpha1.AgentSessionSpec) {
+					s.Limits = &agentsv1alpha1.SessionLimits{MaxDuration: dur("800h")}
+				}).Obj()
+			},
+			want: `spec.limits.maxDuration: Invalid value: "800h0m0s": maxDuration must be between 1m and 720h`,
+		}),
+		Entry("a session's maxTurns above 1000", invalid{
+			obj: func(ns string) client.Object {
+				return MakeSession("s", ns, "p").Issue("42").With(func(s *agentsv1alpha1.AgentSessionSpec) {
+					s.Limits = &agentsv1alpha1.SessionLimits{MaxTurns: ptr(int32(1001))}
+				}).Obj()
+			},
+			want: `spec.limits.maxTurns: Invalid value: 1001: spec.limits.maxTurns in body should be less than or equal to 1000`,
+		}),
+		Entry("an unknown onDelete", invalid{
+			obj: func(ns string) client.Object {
+				return MakeSession("s", ns, "p").Issue("42").With(func(s *agentsv1alpha1.AgentSessionSpec) { s.OnDelete = "Close" }).Obj()
+			},
+			want: `[spec.onDelete: Unsupported value: "Close": supported values: "Keep", "ClosePullRequest", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
 		}),
 		Entry("an issue that is neither a number nor a key", invalid{
 			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("fix-login").Obj() },

@@ -262,6 +262,41 @@ func (t *Tracker) ListIssues(ctx context.Context, opts tracker.ListOptions) ([]t
 	return out, nil
 }
 
+// Closed lists the repository's issues closed and updated since since (Gitea's since filter,
+// RFC 3339; one request per 50) and keeps those among ids. A closed issue's updated time is at
+// least its closing time, so none is missed; past maxPages the rest are asked one by one.
+func (t *Tracker) Closed(ctx context.Context, ids []string, since time.Time) (map[string]string, error) {
+	want := map[int]string{}
+	for _, id := range ids {
+		if n, err := ParseID(id); err == nil {
+			want[n] = id
+		}
+	}
+	found := map[string]string{}
+	if len(want) == 0 {
+		return found, nil
+	}
+	for page := 1; ; page++ {
+		if page > maxPages {
+			return found, tracker.ClosedOneByOne(ctx, t, ids, found, "closed")
+		}
+		q := url.Values{"state": {"closed"}, "type": {"issues"}, "since": {since.UTC().Format(time.RFC3339)},
+			"page": {strconv.Itoa(page)}, "limit": {strconv.Itoa(pageSize)}}
+		var batch []*apiIssue
+		if err := t.c.Get(scmgitea.Op(ctx, "issues.list_closed"), t.path()+"/issues", q, &batch, scm.ErrRepositoryNotFound); err != nil {
+			return nil, fmt.Errorf("list closed issues of %s: %w", t.repo, err)
+		}
+		for _, is := range batch {
+			if id, ok := want[is.Number]; ok && is.PullRequest == nil {
+				found[id] = is.State
+			}
+		}
+		if len(batch) < pageSize {
+			return found, nil
+		}
+	}
+}
+
 func hasAll(is *apiIssue, labels []string) bool {
 	for _, want := range labels {
 		if !slices.ContainsFunc(is.Labels, func(l *apiLabel) bool { return l.Name == want }) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	gh "github.com/google/go-github/v88/github"
 
@@ -121,6 +122,50 @@ func (t *Tracker) IsCompleted(ctx context.Context, id string) (bool, error) {
 		return false, fmt.Errorf("issue %s#%d: %w", t.repo, n, mapErr(err))
 	}
 	return is.GetState() == "closed", nil
+}
+
+// closedPages bounds the listing of closed issues; past it the rest are asked one by one.
+const closedPages = 10
+
+// Closed lists the repository's issues closed and updated since since (one request per 100,
+// usually one in all) and keeps those among ids; a closed issue's updated_at is at least its
+// closing time, so none is missed.
+func (t *Tracker) Closed(ctx context.Context, ids []string, since time.Time) (map[string]string, error) {
+	want := map[int]string{}
+	for _, id := range ids {
+		if n, err := ParseID(id); err == nil {
+			want[n] = id
+		}
+	}
+	found := map[string]string{}
+	if len(want) == 0 {
+		return found, nil
+	}
+	complete := false
+	for page := 1; page <= closedPages; page++ {
+		issues, resp, err := t.c.REST().Issues.ListByRepo(scmgithub.Op(ctx, "issues.list_closed"), t.repo.Owner, t.repo.Name, &gh.IssueListByRepoOptions{
+			State: "closed", Since: since, Sort: "updated", Direction: "desc",
+			ListOptions: gh.ListOptions{PerPage: 100, Page: page},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list closed issues of %s: %w", t.repo, mapErr(err))
+		}
+		for _, is := range issues {
+			if id, ok := want[is.GetNumber()]; ok && !is.IsPullRequest() {
+				found[id] = is.GetState()
+			}
+		}
+		if resp == nil || resp.NextPage == 0 || len(issues) < 100 {
+			complete = true
+			break
+		}
+	}
+	if !complete {
+		if err := tracker.ClosedOneByOne(ctx, t, ids, found, "closed"); err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
 }
 
 // AddLabels adds labels to an issue.

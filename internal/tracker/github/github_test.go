@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,10 +95,22 @@ func TestGitHubLabelsCompletionAndList(t *testing.T) {
 	done, err := tr.IsCompleted(ctx, itoa(b))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(done).To(BeFalse())
+	since := time.Now().Add(-time.Minute)
+	closed, err := tr.Closed(ctx, []string{itoa(a), itoa(b)}, since)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(closed).To(BeEmpty())
 	g.Expect(fake.CloseIssue("acme/widgets", b)).To(Succeed())
 	done, err = tr.IsCompleted(ctx, itoa(b))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(done).To(BeTrue())
+	before := fake.Stats().RESTCounted + fake.Stats().NotModified
+	closed, err = tr.Closed(ctx, []string{itoa(a), "#" + itoa(b), "4", "not-a-number"}, since)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(closed).To(Equal(map[string]string{"#" + itoa(b): "closed"}), "the closed issue, as the caller named it; the pull request is no issue")
+	g.Expect(fake.Stats().RESTCounted+fake.Stats().NotModified-before).To(Equal(1), "one listing for every id")
+	closed, err = tr.Closed(ctx, []string{itoa(b)}, time.Now().Add(time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(closed).To(BeEmpty(), "closed before since: not looked for (its session started later)")
 
 	_, err = tr.GetIssue(ctx, "999")
 	g.Expect(errors.Is(err, tracker.ErrNotFound)).To(BeTrue())

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -258,6 +259,51 @@ func (t *Tracker) IsCompleted(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	return completed(n.State.Type), nil
+}
+
+// Closed asks for the team's completed or cancelled issues among ids by number, in one query per
+// MaxClosedQuery ids (Linear's IssueFilter number comparator); since is not needed.
+func (t *Tracker) Closed(ctx context.Context, ids []string, _ time.Time) (map[string]string, error) {
+	byNumber := map[string]string{} // identifier in upper case → the id as named
+	var numbers []int
+	prefix := strings.ToUpper(t.team) + "-"
+	for _, id := range ids {
+		key, err := ParseID(id)
+		if err != nil || !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(key, prefix))
+		if err != nil {
+			continue
+		}
+		byNumber[key] = id
+		numbers = append(numbers, n)
+	}
+	found := map[string]string{}
+	for len(numbers) > 0 {
+		chunk := numbers[:min(len(numbers), tracker.MaxClosedQuery)]
+		numbers = numbers[len(chunk):]
+		filter := map[string]any{
+			"team":   map[string]any{"key": map[string]any{"eq": t.team}},
+			"number": map[string]any{"in": chunk},
+			"state":  map[string]any{"type": map[string]any{"in": []string{"completed", "canceled"}}},
+		}
+		var data struct {
+			Issues struct {
+				Nodes []issueNode `json:"nodes"`
+			} `json:"issues"`
+		}
+		if err := t.do(ctx, "issues_closed", `query($filter: IssueFilter, $first: Int) { issues(filter: $filter, first: $first) { nodes { identifier state { name type } } } }`,
+			map[string]any{"filter": filter, "first": len(chunk)}, &data); err != nil {
+			return nil, fmt.Errorf("closed linear issues: %w", err)
+		}
+		for _, n := range data.Issues.Nodes {
+			if id, ok := byNumber[strings.ToUpper(n.Identifier)]; ok && completed(n.State.Type) {
+				found[id] = n.State.Name
+			}
+		}
+	}
+	return found, nil
 }
 
 // labelIDs finds (and creates in the issue's team, when missing) the labels by name.

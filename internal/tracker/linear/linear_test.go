@@ -93,6 +93,12 @@ func TestLinearLabelsCompletionAndList(t *testing.T) {
 	done, _ = tr.IsCompleted(ctx, a)
 	g.Expect(done).To(BeTrue())
 
+	before := fake.Requests()
+	closed, err := tr.Closed(ctx, []string{a, strings.ToLower(b), c, "OPS-1", "nonsense"}, time.Time{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(closed).To(Equal(map[string]string{a: "Canceled", c: "Done"}), "done and cancelled, not the open one nor another team's")
+	g.Expect(fake.Requests()-before).To(Equal(1), "one query for every id")
+
 	_, err = tr.GetIssue(ctx, "ENG-99")
 	g.Expect(errors.Is(err, tracker.ErrNotFound)).To(BeTrue())
 	_, err = tr.GetIssue(ctx, "OPS-1")

@@ -1,0 +1,169 @@
+package controller_test
+
+import (
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	. "github.com/shepherd-dev/shepherd/test/builders"
+	"github.com/shepherd-dev/shepherd/test/fakelinear"
+)
+
+// askNow sets the Project's reconcile request, so its trackers are asked at once rather than at
+// the next issuePollInterval (1m at the least).
+func askNow(ns string) {
+	GinkgoHelper()
+	annotate(&agentsv1alpha1.Project{ObjectMeta: objMeta(ns, "widgets")}, agentsv1alpha1.ReconcileRequestAnnotation, strconv.FormatInt(time.Now().UnixNano(), 10))
+}
+
+// readyReason is the session's Ready reason, for Eventually.
+func readyReason(ns, name string) func() string {
+	return func() string {
+		c := meta.FindStatusCondition(sessionStatus(ns, name)().Conditions, agentsv1alpha1.ConditionReady)
+		if c == nil {
+			return ""
+		}
+		return c.Reason
+	}
+}
+
+var _ = Describe("A closed tracker issue", func() {
+	It("ends its GitHub session Done (IssueClosed) with one listing for all the Project's sessions; an open issue's session goes on", func() {
+		w := newWorld()
+		closing := w.issue("Fix the login form")
+		staying := w.issue("Document the API")
+		create(w.project().Obj())
+		a, b := w.agent("closing"), w.agent("staying")
+		create(MakeSession(a.name, w.ns, "widgets").Issue(closing).Obj())
+		create(MakeSession(b.name, w.ns, "widgets").Issue(staying).Obj())
+		for _, x := range []*agent{a, b} {
+			x.br = ""
+			Eventually(func() string { return x.status().Branch }).ShouldNot(BeEmpty())
+			x.br = x.status().Branch
+			x.start()
+			x.report(agentsv1alpha1.ActivityActive)
+			x.expect(agentsv1alpha1.PhaseWorking)
+		}
+		pod := a.pod()
+
+		n, err := strconv.Atoi(closing)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(gh.CloseIssue(w.full, n)).To(Succeed())
+		before := gh.Stats().ByRoute["GET /repos/{o}/{r}/issues"]
+		askNow(w.ns)
+
+		a.expect(agentsv1alpha1.PhaseDone)
+		Expect(readyReason(w.ns, a.name)()).To(Equal(agentsv1alpha1.ReasonIssueClosed))
+		Expect(meta.FindStatusCondition(a.status().Conditions, agentsv1alpha1.ConditionReady).Message).
+			To(Equal("Issue " + closing + " was closed in the tracker (closed)"))
+		Eventually(podGone(w.ns, pod.Name, pod.UID)).Should(BeTrue(), "its agent pod goes")
+		Expect(gh.Stats().ByRoute["GET /repos/{o}/{r}/issues"] - before).To(BeNumerically(">=", 1))
+		Consistently(func() int { return gh.Stats().ByRoute["GET /repos/{o}/{r}/issues"] - before }, 3*time.Second).
+			Should(BeNumerically("<=", 2), "one listing per request or interval, not one per session or reconcile")
+		Expect(sessionPhase(w.ns, b.name)()).To(Equal(agentsv1alpha1.PhaseWorking), "the open issue's session goes on")
+		Expect(wt(w.ns, a.name)).NotTo(BeNil(), "the Worktree is kept, as after any Done")
+	})
+
+	It("is ignored when the Project says Ignore", func() {
+		w := newWorld()
+		id := w.issue("Keep going")
+		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) { s.Tracker.OnIssueClosed = agentsv1alpha1.IssueClosedIgnore }).Obj())
+		a := w.agent("ignoring")
+		create(MakeSession(a.name, w.ns, "widgets").Issue(id).Obj())
+		Eventually(func() string { return a.status().Branch }).ShouldNot(BeEmpty())
+		a.br = a.status().Branch
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+		n, _ := strconv.Atoi(id)
+		Expect(gh.CloseIssue(w.full, n)).To(Succeed())
+		askNow(w.ns)
+		Consistently(sessionPhase(w.ns, a.name), 3*time.Second).Should(Equal(agentsv1alpha1.PhaseWorking))
+	})
+
+	It("ends a Linear session when its issue is done, through the real controllers and the fake Linear", func() {
+		w := newWorld()
+		lin := fakelinear.New("lin_api_test")
+		lin.Start()
+		DeferCleanup(lin.Close)
+		lin.AddTeam("ENG", "Engineering")
+		id := lin.AddIssue("ENG", fakelinear.Issue{Title: "Speed up the search", Description: "It is slow"})
+		create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "linear"), StringData: map[string]string{"key": "lin_api_test"}})
+		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerLinear, BranchPrefix: "shepherd/", Linear: &agentsv1alpha1.LinearSpec{
+				TeamKey: "ENG", APIKeySecretRef: agentsv1alpha1.SecretKeyRef{Name: "linear", Key: "key"}, APIURL: agentsv1alpha1.HTTPURL(lin.URL())}}
+		}).Obj())
+		a := w.agent("linear")
+		create(MakeSession(a.name, w.ns, "widgets").Issue(id).Obj())
+		Eventually(func() string { return a.status().Branch }).Should(Equal("shepherd/eng-1-speed-up-the-search"), "the branch is named from the Linear issue")
+		a.br = a.status().Branch
+		a.start()
+		Expect(a.runner.task.Prompt).To(ContainSubstring("Speed up the search"), "the prompt is the Linear issue's")
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+
+		lin.SetState(id, "Done", "completed")
+		askNow(w.ns)
+		a.expect(agentsv1alpha1.PhaseDone)
+		Expect(meta.FindStatusCondition(a.status().Conditions, agentsv1alpha1.ConditionReady).Message).
+			To(Equal("Issue ENG-1 was closed in the tracker (Done)"))
+		Expect(readyReason(w.ns, a.name)()).To(Equal(agentsv1alpha1.ReasonIssueClosed))
+		_ = metav1.Now()
+	})
+})
+
+// wt returns the session's own Worktree, or nil.
+func wt(ns, session string) *agentsv1alpha1.Worktree {
+	w := &agentsv1alpha1.Worktree{}
+	if err := k8sClient.Get(ctx, objKey(ns, session), w); err != nil {
+		return nil
+	}
+	return w
+}
+
+var _ = Describe("Linear through the controllers", Serial, func() {
+	It("runs the backlog: sessions for the labelled issues, oldest first, the issue labelled as its session goes, and a cancelled issue ends its session", func() {
+		// The issues exist before the Project, as a team's backlog does.
+		w := newWorld()
+		lin := fakelinear.New("lin_api_test")
+		lin.Start()
+		DeferCleanup(lin.Close)
+		lin.AddTeam("ENG", "Engineering")
+		search := lin.AddIssue("ENG", fakelinear.Issue{Title: "Speed up the search", Labels: []string{"agent"}})
+		login := lin.AddIssue("ENG", fakelinear.Issue{Title: "Fix the login form", Labels: []string{"agent"}})
+		lin.AddIssue("ENG", fakelinear.Issue{Title: "Not for agents"})
+		create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "linear"), StringData: map[string]string{"key": "lin_api_test"}})
+		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerLinear, BranchPrefix: "shepherd/", Linear: &agentsv1alpha1.LinearSpec{
+				TeamKey: "ENG", APIKeySecretRef: agentsv1alpha1.SecretKeyRef{Name: "linear", Key: "key"}, APIURL: agentsv1alpha1.HTTPURL(lin.URL())}}
+			s.Backlog = &agentsv1alpha1.BacklogSpec{Labels: []string{"agent"}, MaxConcurrent: 5}
+		}).Obj())
+
+		Eventually(backlogSessions(w.ns)).Should(Equal([]string{"widgets-eng-1", "widgets-eng-2"}))
+		Eventually(func() []string { return lin.Labels(search) }).Should(ConsistOf("agent:claimed"))
+		Eventually(func() []string { return lin.Labels(login) }).Should(ConsistOf("agent:claimed"))
+		Expect(fresh(session(w.ns, "widgets-eng-1")).Spec.Issue).To(Equal(search))
+
+		a := w.backlogAgent("widgets-eng-1")
+		Expect(a.br).To(Equal("shepherd/eng-1-speed-up-the-search"))
+		a.start()
+		Expect(a.runner.task.Prompt).To(ContainSubstring("Speed up the search"))
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+		Eventually(func() []string { return lin.Labels(search) }).Should(ConsistOf("agent:claimed", "agent:in-progress"))
+
+		By("the issue is cancelled in Linear: its session ends, and its in-progress label goes")
+		lin.SetState(search, "Canceled", "canceled")
+		askNow(w.ns)
+		a.expect(agentsv1alpha1.PhaseDone)
+		Expect(readyReason(w.ns, a.name)()).To(Equal(agentsv1alpha1.ReasonIssueClosed))
+		Eventually(func() []string { return lin.Labels(search) }).Should(ConsistOf("agent:claimed"))
+		Expect(sessionPhase(w.ns, "widgets-eng-2")()).NotTo(Equal(agentsv1alpha1.PhaseDone), "the other issue's session goes on")
+	})
+})
