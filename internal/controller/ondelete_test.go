@@ -65,7 +65,7 @@ var _ = Describe("spec.onDelete", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.State).To(Equal("closed"))
 		Expect(closingComments(w, a)).To(Equal(1))
-		Expect(gh.Stats().ByRoute[closePullRoute] - closes).To(Equal(1), "one close call")
+		Expect(gh.Stats().ByRoute[closePullRoute]-closes).To(Equal(1), "one close call")
 	})
 
 	It("Keep (the default) leaves the pull request open and puts no finalizer on the session", func() {
