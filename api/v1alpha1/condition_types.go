@@ -96,6 +96,7 @@ const (
 	ReasonSetupFailed        = "SetupFailed"
 	ReasonSessionBound       = "SessionBound"
 	ReasonUnpushedCommits    = "UnpushedCommits"
+	ReasonUncommittedChanges = "UncommittedChanges"
 	ReasonBranchExists       = "BranchExists"
 	ReasonForceDeleteAllowed = "ForceDeleteAllowed"
 )
@@ -107,6 +108,7 @@ const (
 	ReasonAdmitted         = "Admitted"
 	ReasonWorkspacePending = "WorkspacePending"
 	ReasonWorktreeNotFound = "WorktreeNotFound"
+	ReasonWorktreeInUse    = "WorktreeInUse"
 	ReasonPodPending       = "PodPending"
 	// ReasonPodUnschedulable: the scheduler cannot place the agent pod (its message says why).
 	ReasonPodUnschedulable = "PodUnschedulable"
@@ -173,6 +175,12 @@ const (
 	// ForceDeleteAnnotation set to "true" on a Worktree lets it be deleted with sessions bound or
 	// commits unpushed. The unpushed commits are lost.
 	ForceDeleteAnnotation = "agents.shepherd.dev/force-delete"
+	// ReleasedAfterMergeAnnotation marks a Worktree that a session set Absent under the Project's
+	// cleanup.worktreeAfterMerge: Remove; its value is the generation that release made. The pull
+	// request merged, so what that checkout still has uncommitted is left over, not work: the
+	// uncommitted-changes guard lets it go (unpushed commits are still refused). A later change
+	// of the spec is another generation, guarded again.
+	ReleasedAfterMergeAnnotation = "agents.shepherd.dev/released-after-merge"
 	// ApprovedHeadAnnotation on an AgentSession names the pull request head commit a human
 	// approves for merging (Argo CD's approve action sets it): while it is the current head,
 	// the approvedAndGreen reaction merges it, checks passing, whatever its configured action.

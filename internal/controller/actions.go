@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -257,6 +258,12 @@ func (r *AgentSessionReconciler) runReleaseWorktree(ctx context.Context, s *sess
 	}
 	patch := client.MergeFrom(s.worktree.DeepCopy())
 	s.worktree.Spec.State = agentsv1alpha1.WorktreeAbsent
+	if s.worktree.Annotations == nil {
+		s.worktree.Annotations = map[string]string{}
+	}
+	// The generation this patch makes (a spec change adds one): a later Present and Absent by
+	// hand is another generation, which the guard protects again.
+	s.worktree.Annotations[agentsv1alpha1.ReleasedAfterMergeAnnotation] = strconv.FormatInt(s.worktree.Generation+1, 10)
 	if err := r.Client.Patch(ctx, s.worktree, patch); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("set Worktree Absent after merge: %w", err)
 	}

@@ -68,6 +68,8 @@ type sessionScope struct {
 	wtFound  bool
 	pod      *corev1.Pod
 	nodeLost bool
+	// heldBy is the session that holds the shared Worktree this one waits for ("" when free).
+	heldBy string
 	decision *lifecycle.Decision
 	requeue  time.Duration
 
@@ -142,8 +144,30 @@ func (r *AgentSessionReconciler) steps() []func(context.Context, *sessionScope) 
 		r.resolveBranch,
 		r.reconcileWorktree,
 		r.observePod,
+		r.observeTurn,
 		r.decide,
 	}
+}
+
+// observeTurn finds, for a session without a pod that shares a Worktree (spec.worktreeRef),
+// whether another session of that Worktree holds it (worktreeHolder).
+func (r *AgentSessionReconciler) observeTurn(ctx context.Context, s *sessionScope) error {
+	if s.sess.Spec.WorktreeRef == nil || s.pod != nil {
+		return nil
+	}
+	var list agentsv1alpha1.AgentSessionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.sess.Namespace), client.MatchingFields{indexWorktree: s.sess.Spec.WorktreeRef.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list the sessions of Worktree %s: %w", s.sess.Spec.WorktreeRef.Name, err)
+	}
+	if len(list.Items) < 2 {
+		return nil
+	}
+	s.heldBy = worktreeHolder(s.sess, list.Items, func(name string) bool {
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.sess.Namespace, Name: agentPodName(name)}, &corev1.Pod{})
+		return err == nil || !apierrors.IsNotFound(err) // unsure: held
+	})
+	return nil
 }
 
 // newScope starts a reconcile's scope with what is read once for the decision and the status:
@@ -434,6 +458,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		in.Issue = r.Issues.evidence(client.ObjectKeyFromObject(s.sess))
 	}
 	in.Workspace.Own = s.sess.Spec.WorktreeRef == nil
+	in.Workspace.HeldBy = s.heldBy
 	in.Workspace.RemoveAfterMerge = s.project.Spec.Cleanup != nil && s.project.Spec.Cleanup.WorktreeAfterMerge == agentsv1alpha1.WorktreeRemove
 	if s.sess.Spec.WorktreeRef != nil && !s.wtFound {
 		in.Workspace.NotFound = true

@@ -231,3 +231,40 @@ func nodeLost(node *corev1.Node, found bool, now time.Time, grace time.Duration)
 	}
 	return false
 }
+
+// worktreeHolder is the session that keeps me from its shared Worktree (spec.worktreeRef), ""
+// when it is my turn. Sessions of one Worktree take turns: one whose agent pod exists holds it;
+// past that, a session that already ran (between two pods: a respawn, a restore) comes before
+// one that never did, and among those that never ran the oldest comes first. Sessions that ended,
+// are stopped or are being deleted hold nothing. others may include me. Pure.
+func worktreeHolder(me *agentsv1alpha1.AgentSession, others []agentsv1alpha1.AgentSession, hasPod func(session string) bool) string {
+	var waiting []*agentsv1alpha1.AgentSession
+	for i := range others {
+		o := &others[i]
+		if o.Name == me.Name || o.Status.Phase.IsTerminal() || o.Spec.State == agentsv1alpha1.SessionStopped || !o.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if hasPod(o.Name) {
+			return o.Name
+		}
+		waiting = append(waiting, o)
+	}
+	if me.Status.StartTime != nil {
+		return ""
+	}
+	sort.Slice(waiting, func(i, j int) bool { return before(waiting[i], waiting[j]) })
+	for _, o := range waiting {
+		if o.Status.StartTime != nil || before(o, me) {
+			return o.Name
+		}
+	}
+	return ""
+}
+
+// before orders sessions by creation, then name.
+func before(a, b *agentsv1alpha1.AgentSession) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -302,7 +303,24 @@ func (s *worktreeScope) removalGuard(deleting bool) {
 	if n := s.unpushed(); n > 0 {
 		s.blockedReason = agentsv1alpha1.ReasonUnpushedCommits
 		s.blocked = fmt.Sprintf("the checkout holds %d unpushed commit(s): push them, or annotate %s=true to remove it anyway (they will be lost)", n, agentsv1alpha1.ForceDeleteAnnotation)
+		return
 	}
+	if s.dirty() && s.wt.Annotations[agentsv1alpha1.ReleasedAfterMergeAnnotation] != strconv.FormatInt(s.wt.Generation, 10) {
+		s.blockedReason = agentsv1alpha1.ReasonUncommittedChanges
+		s.blocked = fmt.Sprintf("the checkout has uncommitted changes: commit and push them, or annotate %s=true to remove it anyway (they will be lost)", agentsv1alpha1.ForceDeleteAnnotation)
+	}
+}
+
+// dirty is the freshest word on uncommitted changes (tracked or untracked files): a live report
+// newer than the last prepare, the prepare's facts, or the status.
+func (s *worktreeScope) dirty() bool {
+	if s.live != nil && (!s.hasRes || s.liveAt.After(s.result.Finished)) {
+		return s.live.Dirty
+	}
+	if s.hasRes && s.result.OK {
+		return s.result.Result.Facts.Dirty
+	}
+	return s.wt.Status.Dirty
 }
 
 // unpushed is the freshest count of unpushed commits.

@@ -174,6 +174,36 @@ var _ = Describe("Worktree lifecycle", func() {
 		}).Should(BeTrue())
 	})
 
+	It("refuses to remove a checkout with uncommitted changes, by deletion or Absent, unless forced", func() {
+		create(MakeWorktree("dirty", w.ns, "widgets", "feature/dirty").Obj())
+		finishPod(worktreePod("dirty", "prepare"), 0, mustJSON(preparedResult("feature/dirty", workspace.Facts{Dirty: true}, workspace.SetupResult{})))
+		Eventually(worktreeStatus(w.ns, "dirty")).Should(And(HaveField("Dirty", true), HaveField("Phase", agentsv1alpha1.WorktreeReady)))
+
+		update(worktree(w.ns, "dirty"), func(wt *agentsv1alpha1.Worktree) { wt.Spec.State = agentsv1alpha1.WorktreeAbsent })
+		Eventually(worktreeStatus(w.ns, "dirty")).Should(HaveField("Conditions",
+			HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, agentsv1alpha1.ReasonUncommittedChanges)))
+		Expect(findCond(worktreeStatus(w.ns, "dirty")().Conditions, agentsv1alpha1.ConditionStalled).Message).
+			To(And(ContainSubstring("uncommitted changes"), ContainSubstring(agentsv1alpha1.ForceDeleteAnnotation)))
+		Consistently(func() string {
+			pod := &corev1.Pod{}
+			if err := k8sClient.Get(ctx, objKey(w.ns, "dirty-worktree"), pod); err != nil {
+				return ""
+			}
+			return pod.Annotations["agents.shepherd.dev/operation"]
+		}, time.Second).ShouldNot(Equal("remove"), "no remove pod while refused")
+
+		Expect(k8sClient.Delete(ctx, worktree(w.ns, "dirty"))).To(Succeed())
+		Eventually(worktreeStatus(w.ns, "dirty")).Should(HaveField("Conditions",
+			HaveCondition(agentsv1alpha1.ConditionDeletionBlocked, metav1.ConditionTrue, agentsv1alpha1.ReasonUncommittedChanges)))
+
+		By("the force-delete annotation lets it go")
+		annotate(worktree(w.ns, "dirty"), agentsv1alpha1.ForceDeleteAnnotation, "true")
+		finishPod(worktreePod("dirty", "remove"), 0, "")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, objKey(w.ns, "dirty"), worktree(w.ns, "dirty")))
+		}).Should(BeTrue())
+	})
+
 	It("passes adopt through to prepare, for a standalone Worktree and a session's own", func() {
 		create(MakeWorktree("adopted", w.ns, "widgets", "feature/adopted").With(func(s *agentsv1alpha1.WorktreeSpec) { s.Adopt = true }).Obj())
 		Expect(worktreePod("adopted", "prepare").Spec.Containers[0].Args).To(ContainElement("--adopt=true"))

@@ -245,6 +245,9 @@ func (e *eval) decidePhase() {
 	}
 }
 
+// worktreeTurnPoll is how often a session waiting for its turn on a shared Worktree looks again.
+const worktreeTurnPoll = 5 * time.Second
+
 // limitReached ends the session at its maxDuration (counted from the agent's first start) or
 // once its agent finished maxTurns turns and is not in the middle of another; the pull request
 // stays as it is, for a human. Before the deadline it asks to be decided again at it.
@@ -372,6 +375,13 @@ func (e *eval) spawningPhase() {
 	switch {
 	case ws.NotFound:
 		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonWorktreeNotFound, "The Worktree named by spec.worktreeRef does not exist")
+	case ws.HeldBy != "" && !pod.Exists:
+		// Two agents in one checkout would overwrite each other: sessions of a Worktree take
+		// turns. Nothing tells this one when the other's pod is gone, so it looks again shortly.
+		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonWorktreeInUse,
+			"The Worktree is in use by session "+clip.Marked(ws.HeldBy, 253, truncated)+"; this session starts when that one ends or is stopped")
+		e.after(e.now.Add(worktreeTurnPoll))
+		return
 	case pod.Exists && !e.agent.podLost && pod.Unschedulable != "":
 		// Before the workspace: a session's own checkout is prepared in this pod, so the pod's
 		// placement is what holds the workspace up.

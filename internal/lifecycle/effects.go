@@ -43,7 +43,7 @@ func (e *eval) podActions() {
 		}
 		return
 	}
-	if !live || !needAgent {
+	if !live || !needAgent || e.in.Workspace.HeldBy != "" {
 		return
 	}
 	switch e.in.Workspace.Phase {

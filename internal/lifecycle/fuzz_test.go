@@ -135,6 +135,9 @@ func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha
 	if r.chance(40) {
 		in.Spec.Deleting, in.Spec.ClosePullRequestOnDelete = true, r.chance(2)
 	}
+	if r.chance(15) {
+		in.Workspace.HeldBy = "another-session"
+	}
 	return in
 }
 
@@ -234,6 +237,9 @@ func runSequence(t *testing.T, data []byte) {
 			t.Fatalf("step %d: %d reaction entries", step, len(d.Reactions))
 		}
 		for _, a := range d.Actions {
+			if a.Type == ActionCreatePod && in.Workspace.HeldBy != "" {
+				t.Fatalf("step %d: a pod for a session whose Worktree %s holds", step, in.Workspace.HeldBy)
+			}
 			if in.Spec.Deleting && a.Type != ActionClosePullRequest || a.Type == ActionClosePullRequest && !(in.Spec.Deleting && in.Spec.ClosePullRequestOnDelete) {
 				t.Fatalf("step %d: %s asked (deleting %v, close on delete %v)", step, a.Type, in.Spec.Deleting, in.Spec.ClosePullRequestOnDelete)
 			}

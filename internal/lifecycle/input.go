@@ -79,6 +79,10 @@ type WorkspaceEvidence struct {
 	// RemoveAfterMerge is the Project's cleanup policy: the session's own Worktree is set Absent
 	// once its pull request merged (spec.cleanup.worktreeAfterMerge Remove).
 	RemoveAfterMerge bool
+	// HeldBy names another session that uses the same Worktree (spec.worktreeRef) now, or comes
+	// before this one: sessions of one Worktree take turns, and this one gets no pod until it is
+	// its turn. Empty when the Worktree is free for it.
+	HeldBy string
 }
 
 // PodPhase mirrors the Kubernetes pod phase, so that this package does not import k8s.io/api.

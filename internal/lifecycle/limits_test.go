@@ -215,3 +215,21 @@ func TestClosePullRequestOnDelete(t *testing.T) {
 	in.Spec.ClosePullRequestOnDelete, in.Spec.Deleting = true, false
 	g.Expect(actionsOf(Decide(in), ActionClosePullRequest)).To(BeEmpty(), "only on deletion")
 }
+
+// A session whose shared Worktree another session holds waits in Spawning, without a pod, and
+// looks again shortly; its own pod, once it has one, is never taken away.
+func TestWorktreeInUse(t *testing.T) {
+	g := NewWithT(t)
+	in := from("")
+	in.Pod, in.Runner = PodEvidence{}, RunnerEvidence{}
+	in.Workspace.Own, in.Workspace.HeldBy = false, "first"
+	d := Decide(in)
+	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseSpawning))
+	g.Expect(d.Reason).To(Equal(agentsv1alpha1.ReasonWorktreeInUse))
+	g.Expect(d.Message).To(ContainSubstring("in use by session first"))
+	g.Expect(actionsOf(d, ActionCreatePod)).To(BeEmpty())
+	g.Expect(d.RequeueAfter).To(And(BeNumerically(">", 0), BeNumerically("<=", 5*time.Second)))
+
+	in.Workspace.HeldBy = ""
+	g.Expect(actionsOf(Decide(in), ActionCreatePod)).To(HaveLen(1), "its turn: the pod")
+}
