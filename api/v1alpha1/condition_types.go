@@ -79,6 +79,8 @@ const (
 	ReasonMirrorFetching    = "MirrorFetching"
 	ReasonMirrorFetchFailed = "MirrorFetchFailed"
 	ReasonMirrorNotNeeded   = "MirrorNotNeeded"
+	ReasonMirrorFetched     = "MirrorFetched"
+	ReasonMirrorPending     = "MirrorPending"
 	ReasonNotifierFailing   = "NotifierFailing"
 )
 

@@ -869,6 +869,10 @@ type MirrorStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Path string `json:"path,omitempty"`
+	// LastFetchTime is when a prepare last fetched the mirror and added a checkout from it: the
+	// newest Ready of the Project's worktree-mode Worktrees. Unset until the first.
+	// +optional
+	LastFetchTime *metav1.Time `json:"lastFetchTime,omitempty"`
 }
 
 // SessionCounts counts sessions by state.

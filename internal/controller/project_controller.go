@@ -71,16 +71,19 @@ type accessCheck struct {
 type projectScope struct {
 	project  *agentsv1alpha1.Project
 	sessions []agentsv1alpha1.AgentSession
-	counts   agentsv1alpha1.SessionCounts
-	forge    *forge
-	credErr  error
-	checked  bool
-	access   scm.RepoInfo
-	accErr   error
-	volume   *corev1.PersistentVolumeClaim
-	requeue  time.Duration
-	accessAt time.Time
-	routes   []agentsv1alpha1.NotificationRouteStatus
+	// worktrees are the Project's Worktrees (read-only, the cache's own): their prepares say
+	// whether the mirror was fetched.
+	worktrees []agentsv1alpha1.Worktree
+	counts    agentsv1alpha1.SessionCounts
+	forge     *forge
+	credErr   error
+	checked   bool
+	access    scm.RepoInfo
+	accErr    error
+	volume    *corev1.PersistentVolumeClaim
+	requeue   time.Duration
+	accessAt  time.Time
+	routes    []agentsv1alpha1.NotificationRouteStatus
 	// backlog is set once the backlog step ran.
 	backlog   *backlogScope
 	backlogMu sync.Mutex
@@ -151,6 +154,12 @@ func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope
 	}
 	s.sessions = list.Items
 	s.counts = countSessions(list.Items)
+	var wts agentsv1alpha1.WorktreeList
+	if err := r.Client.List(ctx, &wts, client.InNamespace(s.project.Namespace), client.MatchingFields{indexProject: s.project.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list Worktrees: %w", err)
+	}
+	s.worktrees = wts.Items
 	// Counts, not events: the gauge follows every reconcile, whether or not the status changed.
 	r.Metrics.SetSessions(s.project.Namespace, s.project.Name, s.counts.ByPhase)
 	return nil
@@ -507,6 +516,10 @@ func (r *ProjectReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&agentsv1alpha1.AgentSession{}, enqueueAfter(r.countDelay(), func(o client.Object) types.NamespacedName {
 			return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name}
 		}), builder.WithPredicates(sessionPhaseChanged())).
+		// A Worktree's prepare is the mirror's news (MirrorReady), coalesced like the sessions.
+		Watches(&agentsv1alpha1.Worktree{}, enqueueAfter(r.countDelay(), func(o client.Object) types.NamespacedName {
+			return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.Worktree).Spec.ProjectRef.Name}
+		}), builder.WithPredicates(worktreePhaseChanged())).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.projectsForSecret), builder.OnlyMetadata)
 	if r.Events != nil {
 		b = b.WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{}))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +12,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
+	"github.com/shepherd-dev/shepherd/internal/workspace"
 )
 
 // countSessions counts sessions by phase. Pure, table-tested.
@@ -113,21 +115,74 @@ func setRepositoryReachableCondition(conds *[]metav1.Condition, gen int64, s *pr
 	}
 }
 
-// setMirrorReadyCondition: where the mirror lives (worktree mode), or that none is needed.
+// setMirrorReadyCondition says whether the mirror was fetched and is usable, from what the
+// prepares of the Project's worktree-mode Worktrees found (mirrorFetches): True once one
+// prepared a checkout from it and none failed to fetch it since; False with the fetch's error
+// when the newest word is a failed fetch; Unknown before any prepare. Clone mode needs none.
 func setMirrorReadyCondition(p *agentsv1alpha1.Project, s *projectScope) {
 	conds, gen := &p.Status.Conditions, p.Generation
-	switch {
-	case p.Spec.Workspace.Mode == agentsv1alpha1.WorkspaceClone:
+	if p.Spec.Workspace.Mode == agentsv1alpha1.WorkspaceClone {
 		p.Status.Mirror = nil
 		setCondition(conds, gen, agentsv1alpha1.ConditionMirrorReady, metav1.ConditionTrue, agentsv1alpha1.ReasonMirrorNotNeeded, "clone mode: every Worktree clones on its own volume")
-	case s.volume != nil:
-		if p.Status.Mirror == nil {
-			p.Status.Mirror = &agentsv1alpha1.MirrorStatus{}
-		}
-		p.Status.Mirror.ClaimName, p.Status.Mirror.Path = s.volume.Name, mirrorPath
-		setCondition(conds, gen, agentsv1alpha1.ConditionMirrorReady, metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded,
-			fmt.Sprintf("the mirror lives on volume claim %s and is fetched by each session before it adds its worktree", s.volume.Name))
+		return
 	}
+	if s.volume == nil {
+		return // the volume's own step says what is wrong
+	}
+	if p.Status.Mirror == nil {
+		p.Status.Mirror = &agentsv1alpha1.MirrorStatus{}
+	}
+	p.Status.Mirror.ClaimName, p.Status.Mirror.Path = s.volume.Name, mirrorPath
+	ok, failed := mirrorFetches(s.worktrees)
+	if ok != nil {
+		p.Status.Mirror.LastFetchTime = ok.at.DeepCopy()
+	}
+	switch {
+	case failed != nil && (ok == nil || failed.at.After(ok.at.Time)):
+		setCondition(conds, gen, agentsv1alpha1.ConditionMirrorReady, metav1.ConditionFalse, agentsv1alpha1.ReasonMirrorFetchFailed,
+			fmt.Sprintf("the prepare of Worktree %s could not fetch the mirror on volume claim %s: %s", failed.worktree, s.volume.Name, failed.message))
+	case ok != nil:
+		setCondition(conds, gen, agentsv1alpha1.ConditionMirrorReady, metav1.ConditionTrue, agentsv1alpha1.ReasonMirrorFetched,
+			fmt.Sprintf("the prepare of Worktree %s fetched the mirror on volume claim %s at %s; each session fetches it again before it adds its worktree",
+				ok.worktree, s.volume.Name, ok.at.UTC().Format(time.RFC3339)))
+	default:
+		setCondition(conds, gen, agentsv1alpha1.ConditionMirrorReady, metav1.ConditionUnknown, agentsv1alpha1.ReasonMirrorPending,
+			fmt.Sprintf("the mirror on volume claim %s is made and fetched by the first session's prepare; none has run yet", s.volume.Name))
+	}
+}
+
+// mirrorFetch is one prepare's word on the mirror.
+type mirrorFetch struct {
+	worktree string
+	at       metav1.Time
+	message  string
+}
+
+// mirrorFetches finds the newest prepare that fetched the mirror and made a checkout (a
+// worktree-mode Worktree's Ready) and the newest that failed to fetch it (a Failed Worktree
+// whose message is the mirror's fetch). Pure.
+func mirrorFetches(worktrees []agentsv1alpha1.Worktree) (ok, failed *mirrorFetch) {
+	for i := range worktrees {
+		wt := &worktrees[i]
+		if wt.Status.Mode != agentsv1alpha1.WorkspaceWorktree {
+			continue
+		}
+		c := findCondition(wt.Status.Conditions, agentsv1alpha1.ConditionReady)
+		if c == nil {
+			continue
+		}
+		switch {
+		case wt.Status.Phase == agentsv1alpha1.WorktreeReady && c.Status == metav1.ConditionTrue:
+			if ok == nil || c.LastTransitionTime.After(ok.at.Time) {
+				ok = &mirrorFetch{worktree: wt.Name, at: c.LastTransitionTime}
+			}
+		case wt.Status.Phase == agentsv1alpha1.WorktreeFailed && strings.Contains(c.Message, workspace.MirrorFetchError):
+			if failed == nil || c.LastTransitionTime.After(failed.at.Time) {
+				failed = &mirrorFetch{worktree: wt.Name, at: c.LastTransitionTime, message: c.Message}
+			}
+		}
+	}
+	return ok, failed
 }
 
 // setNotificationsDeliveringCondition: False naming the routes given up on, True when every route

@@ -497,6 +497,10 @@ type VolumeResult struct {
 // in, owns everything made in them.
 const agentDirMode = 0o775 | os.ModeSetgid
 
+// MirrorFetchError starts the error of a prepare that could not fetch the Project's mirror; the
+// Project's MirrorReady condition looks for it in a failed Worktree's message.
+const MirrorFetchError = "fetch the Project's mirror"
+
 // PrepareVolume fetches the mirror (worktree mode; under its lock), claims a spare for an empty
 // checkout directory (under the same lock), and makes the checkout and Dirs directories the
 // agent's containers mount. It runs no git in a repository an agent can write.
@@ -509,7 +513,7 @@ func PrepareVolume(ctx context.Context, g *Git, v Volume) (VolumeResult, error) 
 		}
 		defer func() { _ = lock.Release() }()
 		if res.FullFetch, err = ensureMirror(ctx, g, v.Mirror, v.Remote); err != nil {
-			return res, fmt.Errorf("fetch the Project's mirror: %w", err)
+			return res, fmt.Errorf("%s: %w", MirrorFetchError, err)
 		}
 		if v.Spares != "" && isEmptyDir(v.Checkout) {
 			if res.Claimed, err = ClaimSpare(v.Spares, v.Checkout); err != nil {
