@@ -640,6 +640,7 @@ type AgentSessionStatus struct {
 // +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.projectRef.name`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agent.type`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="PR",type=integer,JSONPath=`.status.pullRequest.number`
 // +kubebuilder:printcolumn:name="CI",type=string,JSONPath=`.status.pullRequest.checks`
 // +kubebuilder:printcolumn:name="Review",type=string,JSONPath=`.status.pullRequest.reviewDecision`

@@ -284,6 +284,15 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		giteaSession(ctx, c)
 	})
 
+	// Issue 20. Alone: -ginkgo.focus='installs.the.CRDs|runs.the.manager|says.why|issue.is.closed'.
+	It("says why a session cannot start in kubectl get agentsessions: unschedulable, then Stalled at its spawnDeadline; a bad image Errored after the grace", func() {
+		stalledSessions(ctx, c)
+	})
+
+	It("ends a session whose issue is closed on a real Gitea: Done, IssueClosed", func() {
+		issueClosedOnGitea(ctx, c)
+	})
+
 	It("serves with two replicas: the leader deleted during a stream of signed deliveries and runner calls loses none", func() {
 		haFailover(ctx, c)
 	})
