@@ -69,7 +69,7 @@ type sessionScope struct {
 	pod      *corev1.Pod
 	nodeLost bool
 	// heldBy is the session that holds the shared Worktree this one waits for ("" when free).
-	heldBy string
+	heldBy   string
 	decision *lifecycle.Decision
 	requeue  time.Duration
 

@@ -240,7 +240,8 @@ func runSequence(t *testing.T, data []byte) {
 			if a.Type == ActionCreatePod && in.Workspace.HeldBy != "" {
 				t.Fatalf("step %d: a pod for a session whose Worktree %s holds", step, in.Workspace.HeldBy)
 			}
-			if in.Spec.Deleting && a.Type != ActionClosePullRequest || a.Type == ActionClosePullRequest && !(in.Spec.Deleting && in.Spec.ClosePullRequestOnDelete) {
+			closeAsked := in.Spec.Deleting && in.Spec.ClosePullRequestOnDelete
+			if in.Spec.Deleting && a.Type != ActionClosePullRequest || a.Type == ActionClosePullRequest && !closeAsked {
 				t.Fatalf("step %d: %s asked (deleting %v, close on delete %v)", step, a.Type, in.Spec.Deleting, in.Spec.ClosePullRequestOnDelete)
 			}
 		}

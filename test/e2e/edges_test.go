@@ -125,7 +125,7 @@ func issueClosedOnGitea(ctx context.Context, c *cluster) {
 	key := client.ObjectKeyFromObject(m.Session)
 
 	By("the agent starts; then a maintainer closes the issue in Gitea")
-	Eventually(func() string { return sessionReasons(c, ns)[key.Name][0] }).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).
+	Eventually(func() string { return sessionReasons(c, ns)[key.Name][0] }).WithTimeout(3*time.Minute).WithPolling(2*time.Second).
 		Should(BeElementOf(string(agentsv1alpha1.PhaseWorking), string(agentsv1alpha1.PhasePROpen), string(agentsv1alpha1.PhaseReviewPending),
 			string(agentsv1alpha1.PhaseCIFailed)), "the session runs")
 	admin := g.Server.Client(g.Server.Admin)
@@ -147,7 +147,7 @@ func issueClosedOnGitea(ctx context.Context, c *cluster) {
 		To(Equal(fmt.Sprintf("Issue %d was closed in the tracker (closed)", g.Issue())))
 	Eventually(func() bool {
 		return apierrors.IsNotFound(c.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: key.Name + "-agent"}, &corev1.Pod{}))
-	}).WithTimeout(2 * time.Minute).Should(BeTrue(), "its agent pod goes")
+	}).WithTimeout(2*time.Minute).Should(BeTrue(), "its agent pod goes")
 }
 
 // findCondition returns the condition of type t, or nil.

@@ -262,7 +262,7 @@ func (t *Tracker) ListIssues(ctx context.Context, opts tracker.ListOptions) ([]t
 	return out, nil
 }
 
-// Closed lists the repository's issues closed and updated since since (Gitea's since filter,
+// Closed lists the repository's issues closed and updated from since on (Gitea's since filter,
 // RFC 3339; one request per 50) and keeps those among ids. A closed issue's updated time is at
 // least its closing time, so none is missed; past maxPages the rest are asked one by one.
 func (t *Tracker) Closed(ctx context.Context, ids []string, since time.Time) (map[string]string, error) {

@@ -127,7 +127,7 @@ func (t *Tracker) IsCompleted(ctx context.Context, id string) (bool, error) {
 // closedPages bounds the listing of closed issues; past it the rest are asked one by one.
 const closedPages = 10
 
-// Closed lists the repository's issues closed and updated since since (one request per 100,
+// Closed lists the repository's issues closed and updated from since on (one request per 100,
 // usually one in all) and keeps those among ids; a closed issue's updated_at is at least its
 // closing time, so none is missed.
 func (t *Tracker) Closed(ctx context.Context, ids []string, since time.Time) (map[string]string, error) {
