@@ -88,17 +88,9 @@ var _ = Describe("A closed tracker issue", func() {
 	})
 
 	It("ends a Linear session when its issue is done, through the real controllers and the fake Linear", func() {
-		w := newWorld()
-		lin := fakelinear.New("lin_api_test")
-		lin.Start()
-		DeferCleanup(lin.Close)
-		lin.AddTeam("ENG", "Engineering")
+		w, lin := newWorld(), startLinear()
 		id := lin.AddIssue("ENG", fakelinear.Issue{Title: "Speed up the search", Description: "It is slow"})
-		create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "linear"), StringData: map[string]string{"key": "lin_api_test"}})
-		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
-			s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerLinear, BranchPrefix: "shepherd/", Linear: &agentsv1alpha1.LinearSpec{
-				TeamKey: "ENG", APIKeySecretRef: agentsv1alpha1.SecretKeyRef{Name: "linear", Key: "key"}, APIURL: agentsv1alpha1.HTTPURL(lin.URL())}}
-		}).Obj())
+		create(linearProject(w, lin, nil).Obj())
 		a := w.agent("linear")
 		create(MakeSession(a.name, w.ns, "widgets").Issue(id).Obj())
 		Eventually(func() string { return a.status().Branch }).Should(Equal("shepherd/eng-1-speed-up-the-search"), "the branch is named from the Linear issue")
@@ -118,6 +110,25 @@ var _ = Describe("A closed tracker issue", func() {
 	})
 })
 
+// startLinear serves a fake Linear with the team ENG for the test.
+func startLinear() *fakelinear.Server {
+	lin := fakelinear.New("lin_api_test")
+	lin.Start()
+	DeferCleanup(lin.Close)
+	lin.AddTeam("ENG", "Engineering")
+	return lin
+}
+
+// linearProject is the world's Project with its issues in lin (team ENG), and backlog.
+func linearProject(w *world, lin *fakelinear.Server, backlog *agentsv1alpha1.BacklogSpec) *ProjectBuilder {
+	create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "linear"), StringData: map[string]string{"key": "lin_api_test"}})
+	return w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
+		s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerLinear, BranchPrefix: "shepherd/", Linear: &agentsv1alpha1.LinearSpec{
+			TeamKey: "ENG", APIKeySecretRef: agentsv1alpha1.SecretKeyRef{Name: "linear", Key: "key"}, APIURL: agentsv1alpha1.HTTPURL(lin.URL())}}
+		s.Backlog = backlog
+	})
+}
+
 // wt returns the session's own Worktree, or nil.
 func wt(ns, session string) *agentsv1alpha1.Worktree {
 	w := &agentsv1alpha1.Worktree{}
@@ -130,20 +141,11 @@ func wt(ns, session string) *agentsv1alpha1.Worktree {
 var _ = Describe("Linear through the controllers", Serial, func() {
 	It("runs the backlog: sessions for the labelled issues, oldest first, the issue labelled as its session goes, and a cancelled issue ends its session", func() {
 		// The issues exist before the Project, as a team's backlog does.
-		w := newWorld()
-		lin := fakelinear.New("lin_api_test")
-		lin.Start()
-		DeferCleanup(lin.Close)
-		lin.AddTeam("ENG", "Engineering")
+		w, lin := newWorld(), startLinear()
 		search := lin.AddIssue("ENG", fakelinear.Issue{Title: "Speed up the search", Labels: []string{"agent"}})
 		login := lin.AddIssue("ENG", fakelinear.Issue{Title: "Fix the login form", Labels: []string{"agent"}})
 		lin.AddIssue("ENG", fakelinear.Issue{Title: "Not for agents"})
-		create(&corev1.Secret{ObjectMeta: objMeta(w.ns, "linear"), StringData: map[string]string{"key": "lin_api_test"}})
-		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
-			s.Tracker = &agentsv1alpha1.TrackerSpec{Provider: agentsv1alpha1.TrackerLinear, BranchPrefix: "shepherd/", Linear: &agentsv1alpha1.LinearSpec{
-				TeamKey: "ENG", APIKeySecretRef: agentsv1alpha1.SecretKeyRef{Name: "linear", Key: "key"}, APIURL: agentsv1alpha1.HTTPURL(lin.URL())}}
-			s.Backlog = &agentsv1alpha1.BacklogSpec{Labels: []string{"agent"}, MaxConcurrent: 5}
-		}).Obj())
+		create(linearProject(w, lin, &agentsv1alpha1.BacklogSpec{Labels: []string{"agent"}, MaxConcurrent: 5}).Obj())
 
 		Eventually(backlogSessions(w.ns)).Should(Equal([]string{"widgets-eng-1", "widgets-eng-2"}))
 		Eventually(func() []string { return lin.Labels(search) }).Should(ConsistOf("agent:claimed"))

@@ -188,3 +188,15 @@ func ClosedOneByOne(ctx context.Context, t Tracker, ids []string, found map[stri
 	}
 	return nil
 }
+
+// NumberedIDs maps the issue numbers of ids ("42", "#42") to the ids as named; ids that are not
+// numbers are left out (a forge's Closed has nothing to ask about them).
+func NumberedIDs(ids []string) map[int]string {
+	out := make(map[int]string, len(ids))
+	for _, id := range ids {
+		if n, err := ParseNumber(id); err == nil {
+			out[n] = id
+		}
+	}
+	return out
+}

@@ -266,12 +266,7 @@ func (t *Tracker) ListIssues(ctx context.Context, opts tracker.ListOptions) ([]t
 // RFC 3339; one request per 50) and keeps those among ids. A closed issue's updated time is at
 // least its closing time, so none is missed; past maxPages the rest are asked one by one.
 func (t *Tracker) Closed(ctx context.Context, ids []string, since time.Time) (map[string]string, error) {
-	want := map[int]string{}
-	for _, id := range ids {
-		if n, err := ParseID(id); err == nil {
-			want[n] = id
-		}
-	}
+	want := tracker.NumberedIDs(ids)
 	found := map[string]string{}
 	if len(want) == 0 {
 		return found, nil

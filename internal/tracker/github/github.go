@@ -131,12 +131,7 @@ const closedPages = 10
 // usually one in all) and keeps those among ids; a closed issue's updated_at is at least its
 // closing time, so none is missed.
 func (t *Tracker) Closed(ctx context.Context, ids []string, since time.Time) (map[string]string, error) {
-	want := map[int]string{}
-	for _, id := range ids {
-		if n, err := ParseID(id); err == nil {
-			want[n] = id
-		}
-	}
+	want := tracker.NumberedIDs(ids)
 	found := map[string]string{}
 	if len(want) == 0 {
 		return found, nil
