@@ -70,6 +70,24 @@ var _ = Describe("A closed tracker issue", func() {
 		Expect(wt(w.ns, a.name)).NotTo(BeNil(), "the Worktree is kept, as after any Done")
 	})
 
+	It("is seen at once through the forge's issues webhook, without a reconcile request", func() {
+		w := newWorld()
+		id := w.issue("Rename the flag")
+		create(w.project().Obj())
+		a := w.agent("hooked")
+		create(MakeSession(a.name, w.ns, "widgets").Issue(id).Obj())
+		Eventually(func() string { return a.status().Branch }).ShouldNot(BeEmpty())
+		a.br = a.status().Branch
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+		n, _ := strconv.Atoi(id)
+		Expect(gh.CloseIssue(w.full, n)).To(Succeed()) // delivers issues/closed to the Project's path
+		// Within issueHintGap (10 s) of the Project's last query, far below issuePollInterval.
+		a.expect(agentsv1alpha1.PhaseDone)
+		Expect(readyReason(w.ns, a.name)()).To(Equal(agentsv1alpha1.ReasonIssueClosed))
+	})
+
 	It("is ignored when the Project says Ignore", func() {
 		w := newWorld()
 		id := w.issue("Keep going")

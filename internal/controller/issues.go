@@ -11,6 +11,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
 )
 
@@ -29,9 +30,13 @@ type issueWatch struct {
 	closed map[types.NamespacedName]closedIssue
 	// asked holds, per Project, the last query and the reconcile request it answered.
 	asked map[types.NamespacedName]issueQuery
-	// wake queues a session's reconcile.
-	wake func(types.NamespacedName)
+	// wake queues a session's reconcile; wakeProject a Project's.
+	wake, wakeProject func(types.NamespacedName)
 }
+
+// issueHintGap bounds how often deliveries of closed issues make a Project ask its tracker: a
+// hundred issues closed at once cost one query, not a hundred.
+const issueHintGap = 10 * time.Second
 
 type closedIssue struct {
 	project  types.NamespacedName
@@ -43,10 +48,44 @@ type issueQuery struct {
 	generation int64
 	request    string
 	at         time.Time
+	// repo and interval are the forge repository whose issues the tracker reads (zero for
+	// Linear) and the interval of the query, for hints.
+	repo     scm.Repo
+	interval time.Duration
 }
 
-func newIssueWatch(wake func(types.NamespacedName)) *issueWatch {
-	return &issueWatch{closed: map[types.NamespacedName]closedIssue{}, asked: map[types.NamespacedName]issueQuery{}, wake: wake}
+func newIssueWatch(wake, wakeProject func(types.NamespacedName)) *issueWatch {
+	return &issueWatch{closed: map[types.NamespacedName]closedIssue{}, asked: map[types.NamespacedName]issueQuery{}, wake: wake, wakeProject: wakeProject}
+}
+
+// hint takes a verified webhook delivery: an issue closed in a repository makes the Projects
+// that read their issues there (in the delivery's namespace) ask their tracker at once, or
+// issueHintGap after their last query, whichever is later. Nothing is asked of the forge here.
+func (w *issueWatch) hint(h scm.Hint, now time.Time) {
+	if w == nil || len(h.ClosedIssues) == 0 {
+		return
+	}
+	var due []types.NamespacedName
+	w.mu.Lock()
+	for key, q := range w.asked {
+		if q.repo.IsZero() || !q.repo.Equal(h.Repo) || h.Namespace != "" && key.Namespace != h.Namespace {
+			continue
+		}
+		next := now
+		if gap := q.at.Add(issueHintGap); gap.After(next) {
+			next = gap
+		}
+		// Due at next: the query's age then is its interval.
+		q.at = next.Add(-q.interval)
+		w.asked[key] = q
+		due = append(due, key)
+	}
+	w.mu.Unlock()
+	if w.wakeProject != nil {
+		for _, key := range due {
+			w.wakeProject(key)
+		}
+	}
 }
 
 // evidence is what the tracker said of the session's issue (zero when nothing is known).
@@ -128,8 +167,12 @@ func (r *ProjectReconciler) reconcileIssues(ctx context.Context, s *projectScope
 		s.requeue = minPositive(s.requeue, interval-now.Sub(last.at))
 		return nil
 	}
+	q := issueQuery{uid: p.UID, generation: p.Generation, request: request, at: now, interval: interval}
+	if s.forge != nil && p.Spec.Tracker.Provider != agentsv1alpha1.TrackerLinear {
+		q.repo = s.forge.Repo
+	}
 	w.mu.Lock()
-	w.asked[key] = issueQuery{uid: p.UID, generation: p.Generation, request: request, at: now}
+	w.asked[key] = q
 	w.mu.Unlock()
 	s.requeue = minPositive(s.requeue, interval)
 

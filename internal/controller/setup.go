@@ -147,15 +147,17 @@ func newDeps(mgr ctrl.Manager, cfg Config, wake func(types.NamespacedName), proj
 		send(projectEvents, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
 	}
 	deps := &Deps{
-		Client:      &metrics.CountingClient{Client: mgr.GetClient(), M: m},
-		APIReader:   mgr.GetAPIReader(),
-		Scheme:      mgr.GetScheme(),
-		Recorder:    mgr.GetEventRecorder("shepherd"),
-		Secrets:     &SecretReader{Meta: mgr.GetClient(), API: mgr.GetAPIReader()},
-		Hub:         hub,
-		Reports:     reports,
-		Deliveries:  deliveries,
-		Issues:      newIssueWatch(wake),
+		Client:     &metrics.CountingClient{Client: mgr.GetClient(), M: m},
+		APIReader:  mgr.GetAPIReader(),
+		Scheme:     mgr.GetScheme(),
+		Recorder:   mgr.GetEventRecorder("shepherd"),
+		Secrets:    &SecretReader{Meta: mgr.GetClient(), API: mgr.GetAPIReader()},
+		Hub:        hub,
+		Reports:    reports,
+		Deliveries: deliveries,
+		Issues: newIssueWatch(wake, func(key types.NamespacedName) {
+			send(projectEvents, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+		}),
 		Transcripts: &transcript.Store{},
 		Now:         cfg.Now,
 		Options:     cfg.Options,
@@ -236,7 +238,10 @@ func setupWebhooks(mgr ctrl.Manager, cfg Config, deps *Deps, locator *leaderLoca
 	wh, err := webhook.NewHandler(webhook.Options{
 		Lookup:  webhookTargets(deps),
 		MaxBody: cfg.WebhookMaxBody,
-		OnHint:  deps.Hub.Notify,
+		OnHint: func(h scm.Hint) {
+			deps.Hub.Notify(h)
+			deps.Issues.hint(h, deps.now())
+		},
 		Metrics: deps.SCMMetrics,
 		Logger:  mgr.GetLogger().WithName("webhook"),
 	})

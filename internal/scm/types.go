@@ -427,6 +427,10 @@ type Hint struct {
 	// Facts are what the delivery states about pull requests and commits, which the Poller
 	// applies at once (ApplyFacts); what they do not cover is re-read as before.
 	Facts []Fact
+	// ClosedIssues are tracker issues (not pull requests) the delivery says were closed: the
+	// Project controller's issue watch asks its tracker again at once (internal/controller,
+	// issues.go). The Poller has nothing to read for them.
+	ClosedIssues []int
 	// Webhook is true for a hint from a verified webhook delivery (the webhook handler sets it).
 	// Only those tell the Poller that the repository's webhooks flow, which relaxes its safety
 	// net to PollerOptions.WebhookMaxAge; a hint the manager makes itself (after opening or

@@ -483,16 +483,21 @@ func (s *Server) CommentIssue(full string, n int, user, body string) error {
 	return nil
 }
 
-// CloseIssue closes an issue.
+// CloseIssue closes an issue and delivers the issues webhook (action closed), as GitHub does.
 func (s *Server) CloseIssue(full string, n int) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	r := s.repo(full)
 	if r == nil || r.issues[n] == nil {
+		s.mu.Unlock()
 		return fmt.Errorf("issue %s#%d: %w", full, n, ErrNotFound)
 	}
 	// Closing updates the issue, as on GitHub: a listing with since= finds it.
 	r.issues[n].State, r.issues[n].ClosedAt, r.issues[n].UpdatedAt = "closed", s.now(), s.now()
+	h := hook{event: "issues", body: map[string]any{
+		"action": "closed", "issue": s.issueJSON(r, r.issues[n]), "repository": s.repoJSON(r, nil), "sender": s.sender(r.Owner),
+	}}
+	s.mu.Unlock()
+	s.deliver([]hook{h})
 	return nil
 }
 

@@ -81,7 +81,11 @@ func TestGiteaEventsRouteToTheSameHints(t *testing.T) {
 		{fixture: "status", event: "status", want: scm.Hint{SHAs: []string{second}}},
 		{fixture: "delete", event: "delete", want: scm.Hint{Branches: []string{"feature"}}},
 		{fixture: "create", event: "create", ignored: true},
-		{fixture: "issues", event: "issues", ignored: true},
+		// An issue opened is no news (accepted, nothing to read); one closed names its issue
+		// (issues_closed.json is issues.json, recorded from Gitea, with the action and state
+		// of a close).
+		{fixture: "issues", event: "issues", want: scm.Hint{}},
+		{fixture: "issues_closed", event: "issues", want: scm.Hint{ClosedIssues: []int{2}}},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			g := NewWithT(t)
@@ -102,6 +106,7 @@ func TestGiteaEventsRouteToTheSameHints(t *testing.T) {
 			g.Expect(got.Numbers).To(ConsistOf(orEmpty(tc.want.Numbers)))
 			g.Expect(got.Branches).To(ConsistOf(orEmptyS(tc.want.Branches)))
 			g.Expect(got.SHAs).To(ConsistOf(orEmptyS(tc.want.SHAs)))
+			g.Expect(got.ClosedIssues).To(ConsistOf(orEmpty(tc.want.ClosedIssues)))
 		})
 	}
 }

@@ -28,6 +28,7 @@ var events = map[string]bool{
 	"check_suite":                 true,
 	"status":                      true,
 	"issue_comment":               true,
+	"issues":                      true, // closed issues: the issue watch asks again
 	"push":                        true,
 	"delete":                      true,
 	"ping":                        true,
@@ -154,6 +155,18 @@ func Parse(event string, body []byte) (scm.Hint, error) {
 		// Comments on issues that are not pull requests change nothing Shepherd follows.
 		if p.Issue != nil && len(p.Issue.PullRequest) > 0 && string(p.Issue.PullRequest) != "null" {
 			h.number(p.Issue.Number)
+		}
+	case "issues":
+		// Only a close is news (a session on that issue ends); GitHub sends pull requests' own
+		// events separately, and Gitea names the issue in "number" too.
+		if p.Action == "closed" && (p.Issue == nil || len(p.Issue.PullRequest) == 0 || string(p.Issue.PullRequest) == "null") {
+			n := p.Number
+			if p.Issue != nil && p.Issue.Number > 0 {
+				n = p.Issue.Number
+			}
+			if n > 0 {
+				h.hint.ClosedIssues = []int{n}
+			}
 		}
 	case "push":
 		if b, ok := strings.CutPrefix(p.Ref, "refs/heads/"); ok {

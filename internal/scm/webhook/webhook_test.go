@@ -304,9 +304,10 @@ func FuzzParse(f *testing.F) {
 		f.Add(event, body)
 	}
 	f.Add("push", []byte(`{"ref":"refs/heads/`+strings.Repeat("x", 300)+`","repository":{"full_name":"a/b"}}`))
+	f.Add("issues", []byte(`{"action":"closed","number":3,"issue":{"number":3},"repository":{"full_name":"a/b"}}`))
 	f.Add("check_run", []byte(`{"check_run":{"pull_requests":[`+strings.Repeat(`{"number":1},`, 50)+`{"number":2}]},"repository":{"full_name":"a/b"}}`))
 	events := []string{"pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread", "check_run",
-		"check_suite", "status", "issue_comment", "push", "ping", "pull_request_approved", "pull_request_rejected", "pull_request_comment", "delete"}
+		"check_suite", "status", "issue_comment", "push", "ping", "pull_request_approved", "pull_request_rejected", "pull_request_comment", "delete", "issues"}
 	f.Fuzz(func(t *testing.T, event string, body []byte) {
 		if !Supported(event) {
 			event = events[len(body)%len(events)]
@@ -314,6 +315,9 @@ func FuzzParse(f *testing.F) {
 		hint, err := Parse(event, body)
 		if err != nil {
 			return
+		}
+		if len(hint.ClosedIssues) > 1 || len(hint.ClosedIssues) == 1 && (event != "issues" || hint.ClosedIssues[0] <= 0) {
+			t.Fatalf("closed issues %v from a %s delivery", hint.ClosedIssues, event)
 		}
 		if len(hint.Numbers) > maxRefs || len(hint.Branches) > maxRefs || len(hint.SHAs) > maxRefs {
 			t.Fatalf("unbounded hint: %d numbers, %d branches, %d SHAs", len(hint.Numbers), len(hint.Branches), len(hint.SHAs))
@@ -396,4 +400,26 @@ func FuzzHandler(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A GitHub issue closed names its number for the issue watch; an issue opened, or a pull
+// request's issue closed, names none; none of them gives the Poller anything to read.
+func TestClosedIssueHints(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []int
+	}{
+		{"closed", `{"action":"closed","issue":{"number":7,"state":"closed"},"repository":{"full_name":"octocat/Hello-World"}}`, []int{7}},
+		{"opened", `{"action":"opened","issue":{"number":7,"state":"open"},"repository":{"full_name":"octocat/Hello-World"}}`, nil},
+		{"a pull request's issue", `{"action":"closed","issue":{"number":8,"pull_request":{"url":"x"}},"repository":{"full_name":"octocat/Hello-World"}}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			h, err := Parse("issues", []byte(tc.body))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(h.ClosedIssues).To(Equal(tc.want))
+			g.Expect(h.IsZero()).To(BeTrue(), "nothing for the Poller")
+			g.Expect(h.Facts).To(BeEmpty())
+		})
+	}
 }
