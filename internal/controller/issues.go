@@ -47,7 +47,9 @@ type issueQuery struct {
 	uid        types.UID
 	generation int64
 	request    string
-	at         time.Time
+	// at dates the query for its due time (interval after at); a hint moves it back. queried is
+	// when the tracker was really last asked: the hints' gap counts from it.
+	at, queried time.Time
 	// repo and interval are the forge repository whose issues the tracker reads (zero for
 	// Linear) and the interval of the query, for hints.
 	repo     scm.Repo
@@ -72,7 +74,7 @@ func (w *issueWatch) hint(h scm.Hint, now time.Time) {
 			continue
 		}
 		next := now
-		if gap := q.at.Add(issueHintGap); gap.After(next) {
+		if gap := q.queried.Add(issueHintGap); gap.After(next) {
 			next = gap
 		}
 		// Due at next: the query's age then is its interval.
@@ -167,7 +169,7 @@ func (r *ProjectReconciler) reconcileIssues(ctx context.Context, s *projectScope
 		s.requeue = minPositive(s.requeue, interval-now.Sub(last.at))
 		return nil
 	}
-	q := issueQuery{uid: p.UID, generation: p.Generation, request: request, at: now, interval: interval}
+	q := issueQuery{uid: p.UID, generation: p.Generation, request: request, at: now, queried: now, interval: interval}
 	if s.forge != nil && p.Spec.Tracker.Provider != agentsv1alpha1.TrackerLinear {
 		q.repo = s.forge.Repo
 	}
