@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,3 +21,11 @@ func DeleteJudgedPod(ctx context.Context, c client.Client, judged *corev1.Pod) e
 
 // ProjectIssues is the UI's issue lister (kubectl shepherd batch) over d.
 func ProjectIssues(d *Deps) ui.IssueLister { return projectIssues{deps: d} }
+
+// SetClosePullRequestGiveUp shortens how long a deleted session waits for its pull request's
+// close (envtest cannot wait 5 minutes); the returned func restores it. Set it while no
+// session is being deleted.
+func SetClosePullRequestGiveUp(d time.Duration) (restore func()) {
+	old := closePullRequestGiveUpNanos.Swap(int64(d))
+	return func() { closePullRequestGiveUpNanos.Store(old) }
+}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +20,12 @@ import (
 // for a forge that cannot close its pull request (down, refusing, or its Project gone): past
 // it the finalizer goes, with a Warning event saying the pull request stays open. A session's
 // deletion never waits on the forge for ever.
-const closePullRequestGiveUp = 5 * time.Minute
+var closePullRequestGiveUpNanos atomic.Int64
+
+func init() { closePullRequestGiveUpNanos.Store(int64(5 * time.Minute)) }
+
+// closePullRequestGiveUp is the bound (a test may shorten it while the manager runs).
+func closePullRequestGiveUp() time.Duration { return time.Duration(closePullRequestGiveUpNanos.Load()) }
 
 // ensureDeleteFinalizer keeps ClosePullRequestFinalizer on exactly the sessions whose
 // spec.onDelete is ClosePullRequest; the reconcile goes on with the patched object (a finalizer
@@ -56,16 +62,16 @@ func (r *AgentSessionReconciler) reconcileDeleting(ctx context.Context, req ctrl
 	}
 	res, err := r.finishSession(ctx, s, orig, recErr)
 	closing := s.decision != nil && len(actionsOf(s.decision.Actions, lifecycle.ActionClosePullRequest)) > 0
-	waited := s.now.Sub(sess.DeletionTimestamp.Time)
-	if closing && waited < closePullRequestGiveUp {
+	waited, giveUp := s.now.Sub(sess.DeletionTimestamp.Time), closePullRequestGiveUp()
+	if closing && waited < giveUp {
 		// The close ran (or failed and is retried with back-off); the forge's answer, handed to
 		// the Poller, brings the next reconcile, which finds nothing left to close.
 		if res.IsZero() && err == nil {
-			res.RequeueAfter = closePullRequestGiveUp - waited
+			res.RequeueAfter = giveUp - waited
 		}
 		return res, err
 	}
-	if !closing && pullRequestOpen(sess) && waited < closePullRequestGiveUp {
+	if !closing && pullRequestOpen(sess) && waited < giveUp {
 		// The status says open but the forge was not read for this decision (a restarted
 		// manager, the forge down): wait for a read rather than close, or drop, on old news.
 		if res.IsZero() && err == nil {
@@ -81,7 +87,7 @@ func (r *AgentSessionReconciler) reconcileDeleting(ctx context.Context, req ctrl
 			why = recErr.Error()
 		}
 		r.Recorder.Eventf(sess, nil, corev1.EventTypeWarning, agentsv1alpha1.ReasonPullRequestKept, "Delete",
-			"Gave up closing the pull request after %s: %s; it stays open", closePullRequestGiveUp, why)
+			"Gave up closing the pull request after %s: %s; it stays open", giveUp, why)
 	}
 	patch := client.MergeFrom(sess.DeepCopy())
 	controllerutil.RemoveFinalizer(sess, agentsv1alpha1.ClosePullRequestFinalizer)

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"net/http"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/controller"
 	. "github.com/shepherd-dev/shepherd/test/builders"
 )
 
@@ -66,6 +68,26 @@ var _ = Describe("spec.onDelete", func() {
 		Expect(info.State).To(Equal("closed"))
 		Expect(closingComments(w, a)).To(Equal(1))
 		Expect(gh.Stats().ByRoute[closePullRoute]-closes).To(Equal(1), "one close call")
+	})
+
+	It("ClosePullRequest gives up after its bound when the forge cannot close, says so, and keeps the pull request", func() {
+		DeferCleanup(controller.SetClosePullRequestGiveUp(3 * time.Second))
+		w := newWorld()
+		create(w.project().Obj())
+		a := onDeleteSession(w, "gives-up")
+		const commentRoute = "POST /repos/{o}/{r}/issues/{x}/comments"
+		failures := make([]int, 500)
+		for i := range failures {
+			failures[i] = http.StatusServiceUnavailable
+		}
+		gh.FailRoute(commentRoute, failures...)
+		DeferCleanup(func() { gh.ClearRouteFailures(commentRoute) })
+		Expect(k8sClient.Delete(ctx, session(w.ns, a.name))).To(Succeed())
+		Eventually(sessionGone(w.ns, a.name)).Should(BeTrue(), "the finalizer goes at the bound")
+		Expect(warnings(w.ns, a.name, agentsv1alpha1.ReasonPullRequestKept)()).To(BeNumerically(">=", 1), "a Warning event says the pull request stays")
+		info, err := gh.PullRequest(w.full, a.pr)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.State).To(Equal("open"))
 	})
 
 	It("Keep (the default) leaves the pull request open and puts no finalizer on the session", func() {

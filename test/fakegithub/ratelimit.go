@@ -138,6 +138,13 @@ func (s *Server) FailRoute(route string, statuses ...int) {
 	s.routeFailures[route] = append(s.routeFailures[route], statuses...)
 }
 
+// ClearRouteFailures drops the failures still queued for route.
+func (s *Server) ClearRouteFailures(route string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.routeFailures, route)
+}
+
 // routeFailure pops the next injected failure of route, or returns 0. The caller holds s.mu.
 func (s *Server) routeFailure(route string) int {
 	q := s.routeFailures[route]
