@@ -102,7 +102,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	if !sess.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(sess, agentsv1alpha1.ClosePullRequestFinalizer) {
 		// spec.onDelete ClosePullRequest: the lifecycle decides the close (an action), and the
-		// finalizer goes once nothing is left to close (closeOnDelete).
+		// finalizer goes once nothing is left to close (reconcileDeleting).
 		return r.reconcileDeleting(ctx, req, sess)
 	}
 	if !sess.DeletionTimestamp.IsZero() {
@@ -595,22 +595,16 @@ func requestsFor(items []agentsv1alpha1.AgentSession) []reconcile.Request {
 
 // sessionLimits are the session's maxDuration and maxTurns: its spec.limits over its Project's
 // spec.limits (zero: none).
-func sessionLimits(p *agentsv1alpha1.Project, sess *agentsv1alpha1.AgentSession) (time.Duration, int32) {
-	var d time.Duration
-	var n int32
-	if l := p.Spec.Limits; l != nil {
-		if l.MaxDuration != nil {
-			d = l.MaxDuration.Duration
-		}
-		if l.MaxTurns != nil {
-			n = *l.MaxTurns
-		}
+func sessionLimits(p *agentsv1alpha1.Project, sess *agentsv1alpha1.AgentSession) (d time.Duration, n int32) {
+	layers := []*agentsv1alpha1.SessionLimits{nil, sess.Spec.Limits}
+	if p.Spec.Limits != nil {
+		layers[0] = &p.Spec.Limits.SessionLimits
 	}
-	if l := sess.Spec.Limits; l != nil {
-		if l.MaxDuration != nil {
+	for _, l := range layers {
+		if l != nil && l.MaxDuration != nil {
 			d = l.MaxDuration.Duration
 		}
-		if l.MaxTurns != nil {
+		if l != nil && l.MaxTurns != nil {
 			n = *l.MaxTurns
 		}
 	}

@@ -39,22 +39,10 @@ var _ = Describe("A closed tracker issue", func() {
 		closing := w.issue("Fix the login form")
 		staying := w.issue("Document the API")
 		create(w.project().Obj())
-		a, b := w.agent("closing"), w.agent("staying")
-		create(MakeSession(a.name, w.ns, "widgets").Issue(closing).Obj())
-		create(MakeSession(b.name, w.ns, "widgets").Issue(staying).Obj())
-		for _, x := range []*agent{a, b} {
-			x.br = ""
-			Eventually(func() string { return x.status().Branch }).ShouldNot(BeEmpty())
-			x.br = x.status().Branch
-			x.start()
-			x.report(agentsv1alpha1.ActivityActive)
-			x.expect(agentsv1alpha1.PhaseWorking)
-		}
+		a, b := w.workingOn("closing", closing), w.workingOn("staying", staying)
 		pod := a.pod()
 
-		n, err := strconv.Atoi(closing)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(gh.CloseIssue(w.full, n)).To(Succeed())
+		w.closeIssue(closing)
 		before := gh.Stats().ByRoute["GET /repos/{o}/{r}/issues"]
 		askNow(w.ns)
 
@@ -74,15 +62,8 @@ var _ = Describe("A closed tracker issue", func() {
 		w := newWorld()
 		id := w.issue("Rename the flag")
 		create(w.project().Obj())
-		a := w.agent("hooked")
-		create(MakeSession(a.name, w.ns, "widgets").Issue(id).Obj())
-		Eventually(func() string { return a.status().Branch }).ShouldNot(BeEmpty())
-		a.br = a.status().Branch
-		a.start()
-		a.report(agentsv1alpha1.ActivityActive)
-		a.expect(agentsv1alpha1.PhaseWorking)
-		n, _ := strconv.Atoi(id)
-		Expect(gh.CloseIssue(w.full, n)).To(Succeed()) // delivers issues/closed to the Project's path
+		a := w.workingOn("hooked", id)
+		w.closeIssue(id) // delivers issues/closed to the Project's path
 		// Within issueHintGap (10 s) of the Project's last query, far below issuePollInterval.
 		a.expect(agentsv1alpha1.PhaseDone)
 		Expect(readyReason(w.ns, a.name)()).To(Equal(agentsv1alpha1.ReasonIssueClosed))
@@ -92,15 +73,8 @@ var _ = Describe("A closed tracker issue", func() {
 		w := newWorld()
 		id := w.issue("Keep going")
 		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) { s.Tracker.OnIssueClosed = agentsv1alpha1.IssueClosedIgnore }).Obj())
-		a := w.agent("ignoring")
-		create(MakeSession(a.name, w.ns, "widgets").Issue(id).Obj())
-		Eventually(func() string { return a.status().Branch }).ShouldNot(BeEmpty())
-		a.br = a.status().Branch
-		a.start()
-		a.report(agentsv1alpha1.ActivityActive)
-		a.expect(agentsv1alpha1.PhaseWorking)
-		n, _ := strconv.Atoi(id)
-		Expect(gh.CloseIssue(w.full, n)).To(Succeed())
+		a := w.workingOn("ignoring", id)
+		w.closeIssue(id)
 		askNow(w.ns)
 		Consistently(sessionPhase(w.ns, a.name), 3*time.Second).Should(Equal(agentsv1alpha1.PhaseWorking))
 	})
@@ -109,14 +83,9 @@ var _ = Describe("A closed tracker issue", func() {
 		w, lin := newWorld(), startLinear()
 		id := lin.AddIssue("ENG", fakelinear.Issue{Title: "Speed up the search", Description: "It is slow"})
 		create(linearProject(w, lin, nil).Obj())
-		a := w.agent("linear")
-		create(MakeSession(a.name, w.ns, "widgets").Issue(id).Obj())
-		Eventually(func() string { return a.status().Branch }).Should(Equal("shepherd/eng-1-speed-up-the-search"), "the branch is named from the Linear issue")
-		a.br = a.status().Branch
-		a.start()
+		a := w.workingOn("linear", id)
+		Expect(a.br).To(Equal("shepherd/eng-1-speed-up-the-search"), "the branch is named from the Linear issue")
 		Expect(a.runner.task.Prompt).To(ContainSubstring("Speed up the search"), "the prompt is the Linear issue's")
-		a.report(agentsv1alpha1.ActivityActive)
-		a.expect(agentsv1alpha1.PhaseWorking)
 
 		lin.SetState(id, "Done", "completed")
 		askNow(w.ns)
@@ -127,6 +96,26 @@ var _ = Describe("A closed tracker issue", func() {
 		_ = metav1.Now()
 	})
 })
+
+// workingOn creates a session for issue and plays its agent until the session is Working, on
+// the branch the session chose from the issue.
+func (w *world) workingOn(name, issue string) *agent {
+	GinkgoHelper()
+	create(MakeSession(name, w.ns, "widgets").Issue(issue).Obj())
+	a := w.backlogAgent(name)
+	a.start()
+	a.report(agentsv1alpha1.ActivityActive)
+	a.expect(agentsv1alpha1.PhaseWorking)
+	return a
+}
+
+// closeIssue closes a GitHub issue of the world's repository, as a maintainer does.
+func (w *world) closeIssue(id string) {
+	GinkgoHelper()
+	n, err := strconv.Atoi(id)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(gh.CloseIssue(w.full, n)).To(Succeed())
+}
 
 // startLinear serves a fake Linear with the team ENG for the test.
 func startLinear() *fakelinear.Server {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +19,8 @@ import (
 
 // closePullRequestGiveUp bounds how long a deleted session with onDelete ClosePullRequest waits
 // for a forge that cannot close its pull request (down, refusing, or its Project gone): past
-// it the finalizer goes, with a Warning event saying the pull request stays open. A session's
-// deletion never waits on the forge for ever.
+// it the finalizer goes, with a Warning event saying the pull request stays open, so a session's
+// deletion waits on the forge this long at most.
 var closePullRequestGiveUpNanos atomic.Int64
 
 func init() { closePullRequestGiveUpNanos.Store(int64(5 * time.Minute)) }
@@ -61,7 +62,7 @@ func (r *AgentSessionReconciler) reconcileDeleting(ctx context.Context, req ctrl
 		}
 	}
 	res, err := r.finishSession(ctx, s, orig, recErr)
-	closing := s.decision != nil && len(actionsOf(s.decision.Actions, lifecycle.ActionClosePullRequest)) > 0
+	closing := s.decision != nil && slices.ContainsFunc(s.decision.Actions, func(a lifecycle.Action) bool { return a.Type == lifecycle.ActionClosePullRequest })
 	waited, giveUp := s.now.Sub(sess.DeletionTimestamp.Time), closePullRequestGiveUp()
 	if closing && waited < giveUp {
 		// The close ran (or failed and is retried with back-off); the forge's answer, handed to
@@ -100,16 +101,6 @@ func (r *AgentSessionReconciler) reconcileDeleting(ctx context.Context, req ctrl
 // pullRequestOpen reports whether the session's status last saw its pull request open.
 func pullRequestOpen(sess *agentsv1alpha1.AgentSession) bool {
 	return sess.Status.PullRequest != nil && sess.Status.PullRequest.State == agentsv1alpha1.PullRequestOpen
-}
-
-func actionsOf(actions []lifecycle.Action, t lifecycle.ActionType) []lifecycle.Action {
-	var out []lifecycle.Action
-	for _, a := range actions {
-		if a.Type == t {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // runClosePullRequest comments on the session's pull request, then closes it; the forge's
