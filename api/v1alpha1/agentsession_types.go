@@ -393,12 +393,13 @@ type UsageStatus struct {
 }
 
 // ReactionTrigger names a condition a reaction responds to.
-// +kubebuilder:validation:Enum=ciFailed;changesRequested;mergeConflicts;approvedAndGreen;stuck;needsInput;exited
+// +kubebuilder:validation:Enum=ciFailed;changesRequested;commented;mergeConflicts;approvedAndGreen;stuck;needsInput;exited
 type ReactionTrigger string
 
 const (
 	TriggerCIFailed         ReactionTrigger = "ciFailed"
 	TriggerChangesRequested ReactionTrigger = "changesRequested"
+	TriggerCommented        ReactionTrigger = "commented"
 	TriggerMergeConflicts   ReactionTrigger = "mergeConflicts"
 	TriggerApprovedAndGreen ReactionTrigger = "approvedAndGreen"
 	TriggerStuck            ReactionTrigger = "stuck"

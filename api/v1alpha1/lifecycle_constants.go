@@ -36,6 +36,9 @@ const (
 	EventReviewApproved         EventType = "review.approved"
 	EventReviewChangesRequested EventType = "review.changes_requested"
 	EventReviewCommentsSent     EventType = "review.comments_sent"
+	// EventReviewCommented: trusted people or bots commented on the pull request's conversation
+	// (or left a review summary); the new comments were forwarded to the agent.
+	EventReviewCommented EventType = "review.commented"
 )
 
 // Merge events.
@@ -82,6 +85,9 @@ const (
 	ReasonCIFixFailed = "CIFixFailed"
 	// ReasonReviewCommentsSent: review comments were sent to the agent.
 	ReasonReviewCommentsSent = "ReviewCommentsSent"
+	// ReasonCommentsForwarded: new comments of the pull request's conversation were forwarded to
+	// the agent.
+	ReasonCommentsForwarded = "CommentsForwarded"
 	// ReasonConflictsSent: the merge conflict was sent to the agent.
 	ReasonConflictsSent = "ConflictsSent"
 	// ReasonMergeRequested: Shepherd asked the forge to merge the pull request.

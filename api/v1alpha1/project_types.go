@@ -73,6 +73,36 @@ type ProjectSpec struct {
 	// whoever labels or assigns an issue to Shepherd vouches for it.
 	// +optional
 	TrustedAuthors *TrustedAuthorsSpec `json:"trustedAuthors,omitempty"`
+
+	// Feedback shapes how the pull request's conversation reaches the agent (the commented
+	// reaction): an optional command prefix, and how much of each comment is forwarded. Whose
+	// comments count is trustedAuthors' say (list a code-review bot's login there).
+	// +optional
+	Feedback *FeedbackSpec `json:"feedback,omitempty"`
+}
+
+// DefaultMaxCommentBytes bounds each forwarded comment when a Project sets no
+// feedback.maxCommentBytes.
+const DefaultMaxCommentBytes = 2000
+
+// FeedbackSpec shapes the feedback forwarded to agents.
+type FeedbackSpec struct {
+	// CommandPrefix, when set, forwards a conversation comment only when it starts with the prefix
+	// (case-insensitive, then a space or a line break), without it: "/shepherd fix the tests".
+	// Everything else in the conversation stays between humans. Review threads and review
+	// summaries are feedback on the code by nature and need no prefix.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('\\s')`,message="commandPrefix must be one word without spaces, such as /shepherd"
+	CommandPrefix string `json:"commandPrefix,omitempty"`
+
+	// MaxCommentBytes bounds the text of each comment, review and thread forwarded to the agent;
+	// a longer one is cut and says so. Default 2000.
+	// +optional
+	// +kubebuilder:validation:Minimum=200
+	// +kubebuilder:validation:Maximum=8000
+	MaxCommentBytes *int32 `json:"maxCommentBytes,omitempty"`
 }
 
 // AuthorAssociation is an author's relation to the repository, in GitHub's terms
@@ -510,6 +540,14 @@ type ReactionsSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
 	ChangesRequested *Reaction `json:"changesRequested,omitempty"`
+
+	// Commented: trusted people or bots commented on the pull request's conversation, or left a
+	// review summary without requesting changes. Each comment is forwarded once; a question is
+	// forwarded as a question, not as a change request. Default: SendToAgent. Set None to keep
+	// the conversation between humans.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.action != 'Merge'`,message="action Merge is only valid for approvedAndGreen"
+	Commented *Reaction `json:"commented,omitempty"`
 
 	// MergeConflicts: the pull request conflicts with its base. Default: SendToAgent, escalate
 	// after 15m.

@@ -484,6 +484,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		obs, found := r.Hub.Get(s.key)
 		obs.PullRequest = trustedAuthors(s.project).pullRequest(obs.PullRequest)
 		in.PullRequest = pullRequestEvidence(obs, found)
+		feedbackOf(s.project).shape(&in.PullRequest, obs.PullRequest)
 	}
 	d := lifecycle.Decide(in)
 	s.decision = &d

@@ -192,7 +192,7 @@ func changeRequests(reviews []scm.Review) []lifecycle.Review {
 	var out []lifecycle.Review
 	for _, r := range latest {
 		if r.State == scm.ReviewStateChangesRequested && !r.Dismissed {
-			out = append(out, lifecycle.Review{ID: r.ID, Author: r.Author})
+			out = append(out, lifecycle.Review{ID: r.ID, Author: r.Author, Body: r.Body, URL: r.URL})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -57,7 +57,7 @@ func (p authorPolicy) issueComments(in []tracker.Comment) (kept []tracker.Commen
 	return kept, left
 }
 
-// pullRequest drops the reviews and review threads whose authors the policy does not hear, so
+// pullRequest drops the reviews, review threads and conversation comments whose authors the policy does not hear, so
 // that they neither trigger a reaction nor reach a prompt; it returns a copy and leaves pr, which
 // the poller shares, as it was.
 func (p authorPolicy) pullRequest(pr *scm.PullRequest) *scm.PullRequest {
@@ -65,7 +65,7 @@ func (p authorPolicy) pullRequest(pr *scm.PullRequest) *scm.PullRequest {
 		return nil
 	}
 	out := *pr
-	out.Reviews, out.Threads = nil, nil
+	out.Reviews, out.Threads, out.Comments = nil, nil, nil
 	for _, r := range pr.Reviews {
 		if p.hears(r.Author, r.Association) {
 			out.Reviews = append(out.Reviews, r)
@@ -74,6 +74,11 @@ func (p authorPolicy) pullRequest(pr *scm.PullRequest) *scm.PullRequest {
 	for _, t := range pr.Threads {
 		if p.hears(t.Author, t.Association) {
 			out.Threads = append(out.Threads, t)
+		}
+	}
+	for _, c := range pr.Comments {
+		if p.hears(c.Author, c.Association) {
+			out.Comments = append(out.Comments, c)
 		}
 	}
 	return &out

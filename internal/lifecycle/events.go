@@ -35,6 +35,7 @@ var EventPriorities = map[agentsv1alpha1.EventType]agentsv1alpha1.Priority{
 	agentsv1alpha1.EventReviewApproved:         agentsv1alpha1.PriorityAction,
 	agentsv1alpha1.EventReviewChangesRequested: agentsv1alpha1.PriorityWarning,
 	agentsv1alpha1.EventReviewCommentsSent:     agentsv1alpha1.PriorityInfo,
+	agentsv1alpha1.EventReviewCommented:        agentsv1alpha1.PriorityInfo,
 	agentsv1alpha1.EventMergeReady:             agentsv1alpha1.PriorityAction,
 	agentsv1alpha1.EventMergeConflicts:         agentsv1alpha1.PriorityWarning,
 	agentsv1alpha1.EventMergeCompleted:         agentsv1alpha1.PriorityAction,

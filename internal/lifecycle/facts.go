@@ -35,6 +35,7 @@ type prFacts struct {
 	failed         []FailedCheck
 	threads        []ReviewThread
 	reviews        []Review
+	comments       []Comment
 }
 
 func (p prFacts) ref() string { return "#" + strconv.FormatInt(p.number, 10) }
@@ -69,7 +70,7 @@ func (e *eval) readPullRequest() {
 			headSHA: ev.HeadSHA, headBranch: ev.HeadBranch, baseBranch: ev.BaseBranch,
 			mergeState: ev.MergeState,
 			review:     ev.ReviewDecision, approvedAtHead: ev.ApprovedAtHead, checks: checks, failed: ev.Checks.FailedChecks,
-			threads: ev.Threads, reviews: ev.ChangeRequests,
+			threads: ev.Threads, reviews: ev.ChangeRequests, comments: sortedComments(ev.Comments),
 		}
 		e.prStatus = e.pullRequestStatus(ev, state, checks)
 	case ev.Observed && prevPR == nil:

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +118,12 @@ func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha
 		if r.chance(6) {
 			pr.ChangeRequests = []Review{{ID: "R1", Author: "carol", Body: "no"}}
 		}
+		// The conversation: the pool's comments made by now, one sometimes deleted since.
+		for i, c := range fuzzComments {
+			if !c.CreatedAt.After(now) && !r.chance(10) {
+				pr.Comments = append(pr.Comments, fuzzComments[i])
+			}
+		}
 		switch pick(r, agentsv1alpha1.ChecksPassing, agentsv1alpha1.ChecksFailing, agentsv1alpha1.ChecksFailing, agentsv1alpha1.ChecksPending, agentsv1alpha1.ChecksNone, "") {
 		case agentsv1alpha1.ChecksFailing:
 			pr = failing(pr, pr.HeadSHA)
@@ -156,6 +163,15 @@ func startOf(r agentsv1alpha1.ReactionStatus) string {
 	return r.EpisodeStartTime.UTC().Format(time.RFC3339)
 }
 
+// fuzzComments is the conversation of every sequence: two comments share an instant, and they
+// appear as time passes.
+var fuzzComments = []Comment{
+	{ID: "IC_1", Author: "alice", Body: "Why a map?", URL: "https://example.com/c/1", CreatedAt: t0.Add(time.Minute), Question: true},
+	{ID: "IC_2", Author: "bob", Body: "Add a test.", URL: "https://example.com/c/2", CreatedAt: t0.Add(3 * time.Minute)},
+	{ID: "IC_3", Author: "bot[bot]", Body: "2 findings", URL: "https://example.com/c/3", CreatedAt: t0.Add(3 * time.Minute), Review: true},
+	{ID: "IC_4", Author: "alice", Body: "Thanks!", URL: "https://example.com/c/4", CreatedAt: t0.Add(9 * time.Minute)},
+}
+
 // runSequence feeds a random sequence of evidence to the engine, as a controller would (status
 // written, read back, messages sometimes delivered), and checks the engine's invariants after
 // every step.
@@ -172,6 +188,7 @@ func runSequence(t *testing.T, data []byte) {
 	}
 	escalated := map[episodeKey]bool{}
 	merged := map[string]bool{}
+	forwarded := map[string]bool{}
 	// The merge runner's record, and the heads whose merge may be asked for again: its record
 	// was lost (a manager restart) or says to retry.
 	var merge MergeEvidence
@@ -258,6 +275,18 @@ func runSequence(t *testing.T, data []byte) {
 		if limitReason(d.Reason) && (limits.MaxDuration == 0 && d.Reason == agentsv1alpha1.ReasonMaxDurationReached ||
 			limits.MaxTurns == 0 && d.Reason == agentsv1alpha1.ReasonMaxTurnsReached) {
 			t.Fatalf("step %d: %s without that limit", step, d.Reason)
+		}
+		for _, a := range d.Actions {
+			if a.Type == ActionSendToAgent && a.Trigger == agentsv1alpha1.TriggerCommented {
+				for _, c := range fuzzComments {
+					if strings.Contains(a.Text, c.URL+")") {
+						if forwarded[c.ID] {
+							t.Fatalf("step %d: comment %s forwarded twice", step, c.ID)
+						}
+						forwarded[c.ID] = true
+					}
+				}
+			}
 		}
 		for _, a := range d.Actions {
 			switch a.Type {

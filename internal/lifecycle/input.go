@@ -201,6 +201,9 @@ type PullRequestEvidence struct {
 	Threads []ReviewThread
 	// ChangeRequests are the reviews whose latest state requests changes.
 	ChangeRequests []Review
+	// Comments are the conversation's comments and the summaries of reviews that only comment,
+	// by authors the Project hears, already shaped by its feedback settings (prefix, bound).
+	Comments       []Comment
 	Checks         ChecksEvidence
 	MergeCommitSHA string
 }
@@ -213,6 +216,22 @@ type ReviewThread struct {
 	Line   int
 	Body   string
 	URL    string
+}
+
+// Comment is one comment of the pull request's conversation, or the summary of a review that
+// only comments (a code-review bot's findings, typically).
+type Comment struct {
+	ID     string
+	Author string
+	Body   string
+	URL    string
+	// CreatedAt is the forge's time of the comment: what orders comments and says which are new.
+	CreatedAt time.Time
+	// Review is true for a review's summary.
+	Review bool
+	// Question is true when the comment asks the agent something rather than asking for a
+	// change (IsQuestion): it is forwarded as a question, not as a change request.
+	Question bool
 }
 
 // Review is one review that requests changes.

@@ -299,6 +299,8 @@ func (e *eval) notifyKind(t agentsv1alpha1.ReactionTrigger) (agentsv1alpha1.Even
 		return agentsv1alpha1.EventCIFailing, agentsv1alpha1.ReasonChecksFailed
 	case agentsv1alpha1.TriggerChangesRequested:
 		return agentsv1alpha1.EventReviewChangesRequested, agentsv1alpha1.ReasonChangesRequested
+	case agentsv1alpha1.TriggerCommented:
+		return agentsv1alpha1.EventReviewCommented, agentsv1alpha1.ReasonCommentsForwarded
 	case agentsv1alpha1.TriggerMergeConflicts:
 		return agentsv1alpha1.EventMergeConflicts, agentsv1alpha1.ReasonMergeConflict
 	case agentsv1alpha1.TriggerApprovedAndGreen:
@@ -326,6 +328,9 @@ func (e *eval) sentEvent(t agentsv1alpha1.ReactionTrigger, data MessageData) {
 	case agentsv1alpha1.TriggerChangesRequested:
 		e.reactionEvent(agentsv1alpha1.EventReviewCommentsSent, agentsv1alpha1.PriorityInfo, agentsv1alpha1.ReasonReviewCommentsSent, t,
 			fmt.Sprintf("Sent %d new review comment(s) on %s to the agent", len(data.Threads)+len(data.Reviews), e.pr.ref()))
+	case agentsv1alpha1.TriggerCommented:
+		e.reactionEvent(agentsv1alpha1.EventReviewCommented, agentsv1alpha1.PriorityInfo, agentsv1alpha1.ReasonCommentsForwarded, t,
+			fmt.Sprintf("Forwarded %d new comment(s) on %s to the agent", len(data.Comments)+data.OmittedComments, e.pr.ref()))
 	case agentsv1alpha1.TriggerMergeConflicts:
 		e.reactionEvent(agentsv1alpha1.EventMergeConflicts, agentsv1alpha1.PriorityInfo, agentsv1alpha1.ReasonConflictsSent, t,
 			"Sent the merge conflict on "+e.pr.ref()+" to the agent")
@@ -386,6 +391,8 @@ func (e *eval) view(t agentsv1alpha1.ReactionTrigger) triggerView {
 		}
 	case agentsv1alpha1.TriggerChangesRequested:
 		e.changesRequestedView(&v, prReady)
+	case agentsv1alpha1.TriggerCommented:
+		e.commentedView(&v, prReady)
 	case agentsv1alpha1.TriggerApprovedAndGreen:
 		// Exactly one attempt per head commit: the key is the head SHA alone, kept across
 		// episodes, so a mergeability flap never merges (or notifies) twice.

@@ -156,7 +156,7 @@ func TestChangesRequestedForwardsEachNewSetOnce(t *testing.T) {
 	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseChangesRequested))
 	sends := actionsOf(d, ActionSendToAgent)
 	g.Expect(sends).To(HaveLen(1))
-	g.Expect(sends[0].Text).To(ContainSubstring("login.go:10 by alice (thread PRRT_1, https://github.com/acme/app/pull/12#r1):\n    Handle the error here."))
+	g.Expect(sends[0].Text).To(ContainSubstring("login.go:10 by alice (thread PRRT_1, https://github.com/acme/app/pull/12#r1):\n    > Handle the error here."))
 	g.Expect(sends[0].Text).To(ContainSubstring("login_test.go:3 by bob (thread PRRT_2)"))
 	g.Expect(eventTypes(d)).To(ContainElements(agentsv1alpha1.EventReviewChangesRequested, agentsv1alpha1.EventReviewCommentsSent))
 
@@ -193,7 +193,7 @@ func TestChangesRequestedReviewBodyIsForwarded(t *testing.T) {
 	d := Decide(withPR(t0, pr))
 	sends := actionsOf(d, ActionSendToAgent)
 	g.Expect(sends).To(HaveLen(1))
-	g.Expect(sends[0].Text).To(ContainSubstring("Review by carol:\n    Split this into two commits."))
+	g.Expect(sends[0].Text).To(ContainSubstring("Review by carol:\n    > Split this into two commits."))
 }
 
 func TestUnresolvedThreadsOnAnApprovedPRAreForwarded(t *testing.T) {

@@ -26,6 +26,7 @@ var Triggers = []agentsv1alpha1.ReactionTrigger{
 	agentsv1alpha1.TriggerCIFailed,
 	agentsv1alpha1.TriggerMergeConflicts,
 	agentsv1alpha1.TriggerChangesRequested,
+	agentsv1alpha1.TriggerCommented,
 	agentsv1alpha1.TriggerApprovedAndGreen,
 	agentsv1alpha1.TriggerStuck,
 	agentsv1alpha1.TriggerNeedsInput,
@@ -70,6 +71,7 @@ func DefaultReactions() map[agentsv1alpha1.ReactionTrigger]Reaction {
 	return map[agentsv1alpha1.ReactionTrigger]Reaction{
 		agentsv1alpha1.TriggerCIFailed:         {Action: agentsv1alpha1.ReactionSendToAgent, Retries: ptr(int32(2))},
 		agentsv1alpha1.TriggerChangesRequested: {Action: agentsv1alpha1.ReactionSendToAgent, EscalateAfter: 30 * time.Minute},
+		agentsv1alpha1.TriggerCommented:        {Action: agentsv1alpha1.ReactionSendToAgent},
 		agentsv1alpha1.TriggerMergeConflicts:   {Action: agentsv1alpha1.ReactionSendToAgent, EscalateAfter: 15 * time.Minute},
 		agentsv1alpha1.TriggerApprovedAndGreen: {Action: agentsv1alpha1.ReactionNotify},
 		agentsv1alpha1.TriggerStuck:            {Action: agentsv1alpha1.ReactionNotify},
@@ -80,7 +82,7 @@ func DefaultReactions() map[agentsv1alpha1.ReactionTrigger]Reaction {
 
 // DefaultPriority is the notification priority of a trigger when its reaction sets none: the
 // reference orchestrator's mapping (urgent for stuck and needs input, action for approved,
-// warning for CI failures, changes requested and conflicts). An agent that exits with a failure
+// warning for CI failures, changes requested and conflicts); a comment is info. An agent that exits with a failure
 // is urgent (the session is Errored); a clean exit asks a human to look (action).
 func DefaultPriority(t agentsv1alpha1.ReactionTrigger, failed bool) agentsv1alpha1.Priority {
 	switch t {
@@ -88,6 +90,8 @@ func DefaultPriority(t agentsv1alpha1.ReactionTrigger, failed bool) agentsv1alph
 		return agentsv1alpha1.PriorityUrgent
 	case agentsv1alpha1.TriggerApprovedAndGreen:
 		return agentsv1alpha1.PriorityAction
+	case agentsv1alpha1.TriggerCommented:
+		return agentsv1alpha1.PriorityInfo
 	case agentsv1alpha1.TriggerExited:
 		if failed {
 			return agentsv1alpha1.PriorityUrgent
@@ -108,6 +112,7 @@ func ResolveSettings(reactions *agentsv1alpha1.ReactionsSpec, activity *agentsv1
 		for t, r := range map[agentsv1alpha1.ReactionTrigger]*agentsv1alpha1.Reaction{
 			agentsv1alpha1.TriggerCIFailed:         reactions.CIFailed,
 			agentsv1alpha1.TriggerChangesRequested: reactions.ChangesRequested,
+			agentsv1alpha1.TriggerCommented:        reactions.Commented,
 			agentsv1alpha1.TriggerMergeConflicts:   reactions.MergeConflicts,
 			agentsv1alpha1.TriggerApprovedAndGreen: reactions.ApprovedAndGreen,
 			agentsv1alpha1.TriggerStuck:            reactions.Stuck,

@@ -90,6 +90,9 @@ func TestEventVocabulary(t *testing.T) {
 		}},
 		{"a reviewer requests changes", agentsv1alpha1.EventReviewChangesRequested, func() Decision { return Decide(withPR(at(0), threadsPR(thread1))) }},
 		{"the review threads are sent to the agent", agentsv1alpha1.EventReviewCommentsSent, func() Decision { return Decide(withPR(at(0), threadsPR(thread1))) }},
+		{"a comment is forwarded to the agent", agentsv1alpha1.EventReviewCommented, func() Decision {
+			return Decide(withPR(at(1), commentsPR(comment("IC_1", "alice", "Why?", at(0)))))
+		}},
 		{"approved, green and mergeable is ready to merge", agentsv1alpha1.EventMergeReady, func() Decision { return Decide(withPR(at(0), approvedGreen(shaA))) }},
 		{"the pull request conflicts with its base", agentsv1alpha1.EventMergeConflicts, func() Decision { return Decide(withPR(at(0), dirty)) }},
 		{"the merge Shepherd asked for went through", agentsv1alpha1.EventMergeCompleted, func() Decision {

@@ -185,7 +185,35 @@ type Review struct {
 	SubmittedAt time.Time
 	// CommitSHA is the head commit the review was submitted at, when the forge says.
 	CommitSHA string
+	// Body is the review's summary text (a code-review App's findings, say); URL links to it.
+	Body string
+	URL  string
 }
+
+// Comment is one comment in a pull request's conversation (not a line comment of a review).
+type Comment struct {
+	// ID is the forge's id (a GraphQL node id on GitHub), stable across refreshes.
+	ID     string
+	Author string
+	// Association is the author's relation to the repository.
+	Association Association
+	Body        string
+	URL         string
+	CreatedAt   time.Time
+}
+
+// MaxComments is how many of a pull request's newest conversation comments an adapter reads:
+// the feedback Shepherd forwards is what came since its last read, so older ones are not needed
+// and a long conversation costs no more than a short one.
+const MaxComments = 30
+
+// MaxTextBytes bounds each body an adapter keeps (thread comments, conversation comments,
+// review summaries); a longer one is cut and ends with ClippedMark. What reaches an agent is
+// bounded lower still (a Project's feedback.maxCommentBytes, at most 8000).
+const MaxTextBytes = 8192
+
+// ClippedMark ends a body cut at MaxTextBytes.
+const ClippedMark = "\n[… cut]"
 
 // ReviewThread is one unresolved review conversation, as the agent needs it to answer.
 type ReviewThread struct {
@@ -298,7 +326,12 @@ type PullRequest struct {
 	ReviewDecision ReviewDecision
 	Reviews        []Review
 	// Threads holds the unresolved review threads only.
-	Threads        []ReviewThread
+	Threads []ReviewThread
+	// Comments are the newest conversation comments (at most MaxComments), oldest first.
+	Comments []Comment
+	// Author is the login that opened the pull request: for Shepherd's own pull requests, the
+	// account Shepherd acts as.
+	Author         string
 	Checks         Checks
 	MergeCommitSHA string
 	UpdatedAt      time.Time

@@ -545,6 +545,8 @@ type PullRequestInfo struct {
 	Mergeable      string // MERGEABLE, CONFLICTING, UNKNOWN
 	MergeState     string // CLEAN, BEHIND, …
 	Comments       []string
+	// Author is the login that opened the pull request.
+	Author string
 }
 
 // PullRequest returns a snapshot of a pull request.
@@ -558,7 +560,7 @@ func (s *Server) PullRequest(full string, n int) (PullRequestInfo, error) {
 	m, st := s.mergeInfo(r, p, true)
 	info := PullRequestInfo{Number: p.Number, State: p.State, Merged: p.Merged, MergeCommitSHA: p.MergeCommitSHA,
 		Title: p.Title, Body: p.Body, Draft: p.Draft, HeadOwner: p.HeadRepo.Owner, HeadRef: p.HeadRef, HeadSHA: p.HeadSHA,
-		BaseRef: p.BaseRef, Mergeable: m, MergeState: st}
+		BaseRef: p.BaseRef, Mergeable: m, MergeState: st, Author: p.Author}
 	for _, c := range p.Comments {
 		info.Comments = append(info.Comments, c.Body)
 	}

@@ -283,6 +283,11 @@ type (
 		t  *thread
 		c  *comment
 	}
+	// issueCommentView is a comment in a pull request's conversation.
+	issueCommentView struct {
+		pr *prView
+		c  *comment
+	}
 	prCommitView struct{ pr *prView }
 	suiteView    struct{ app string }
 	appView      struct{ slug string }
@@ -329,6 +334,8 @@ func typeOf(v any) string {
 		return "PullRequestReviewThread"
 	case reviewCommentView:
 		return "PullRequestReviewComment"
+	case issueCommentView:
+		return "IssueComment"
 	case prCommitView:
 		return "PullRequestCommit"
 	case suiteView:
@@ -707,6 +714,23 @@ func (e *executor) resolve(typ string, obj any, f *ast.Field) (any, *gqlErr) {
 		case "url":
 			return fmt.Sprintf("%s/%s/pull/%d#discussion_r%d", s.baseURL, o.pr.base.FullName(), o.pr.p.Number, o.c.ID), nil
 		}
+	case issueCommentView:
+		switch f.Name {
+		case "id":
+			return o.c.NodeID, nil
+		case "databaseId":
+			return o.c.ID, nil
+		case "author":
+			return actorView{login: o.c.User}, nil
+		case "authorAssociation":
+			return o.pr.base.association(o.c.User), nil
+		case "body":
+			return o.c.Body, nil
+		case "createdAt":
+			return ts(o.c.CreatedAt), nil
+		case "url":
+			return fmt.Sprintf("%s/%s/pull/%d#issuecomment-%d", s.baseURL, o.pr.base.FullName(), o.pr.p.Number, o.c.ID), nil
+		}
 	case prCommitView:
 		switch f.Name {
 		case "id":
@@ -838,6 +862,12 @@ func (e *executor) resolvePR(o *prView, f *ast.Field, args map[string]any) (any,
 			items = append(items, threadView{pr: o, t: t})
 		}
 		return &connView{typ: "PullRequestReviewThreadConnection", items: items, args: args}, nil
+	case "comments":
+		var items []any
+		for _, c := range p.Comments {
+			items = append(items, issueCommentView{pr: o, c: c})
+		}
+		return &connView{typ: "IssueCommentConnection", items: items, args: args}, nil
 	case "commits":
 		// The fake keeps only the head commit of a pull request's history.
 		return &connView{typ: "PullRequestCommitConnection", items: []any{prCommitView{pr: o}}, args: args}, nil
@@ -983,6 +1013,11 @@ func (e *executor) node(id string) any {
 			for _, rv := range p.Reviews {
 				if rv.NodeID == id {
 					return reviewView{pr: pv, rv: rv}
+				}
+			}
+			for _, c := range p.Comments {
+				if c.NodeID == id {
+					return issueCommentView{pr: pv, c: c}
 				}
 			}
 		}

@@ -155,6 +155,30 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.tracker.issuePollInterval: Invalid value: "10s": issuePollInterval must be between 1m and 24h`,
 		}),
+		Entry("a command prefix with a space", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Feedback = &agentsv1alpha1.FeedbackSpec{CommandPrefix: "/shepherd please"}
+				}).Obj()
+			},
+			want: `spec.feedback.commandPrefix: Invalid value: "/shepherd please": commandPrefix must be one word without spaces, such as /shepherd`,
+		}),
+		Entry("a comment bound too small", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Feedback = &agentsv1alpha1.FeedbackSpec{MaxCommentBytes: ptr(int32(10))}
+				}).Obj()
+			},
+			want: `spec.feedback.maxCommentBytes: Invalid value: 10: spec.feedback.maxCommentBytes in body should be greater than or equal to 200`,
+		}),
+		Entry("a commented reaction that merges", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Reactions = &agentsv1alpha1.ReactionsSpec{Commented: &agentsv1alpha1.Reaction{Action: agentsv1alpha1.ReactionMerge}}
+				}).Obj()
+			},
+			want: `spec.reactions.commented: Invalid value: action Merge is only valid for approvedAndGreen`,
+		}),
 		Entry("a poll interval too short", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) { s.SCM.PollInterval = dur("1s") }).Obj()

@@ -121,7 +121,7 @@ func noSuchUser(err error) bool {
 	return errors.As(err, &ae) && ae.Status == http.StatusUnprocessableEntity
 }
 
-// annotate sets the association of every review's and thread's author, one lookup per author.
+// annotate sets the association of every review's, thread's and comment's author, one lookup per author.
 // A lookup that fails leaves None: an author whose standing is unknown is not heard.
 func (c *Client) annotate(ctx context.Context, repo scm.Repo, pr *scm.PullRequest) {
 	seen := map[string]scm.Association{}
@@ -138,5 +138,8 @@ func (c *Client) annotate(ctx context.Context, repo scm.Repo, pr *scm.PullReques
 	}
 	for i := range pr.Threads {
 		pr.Threads[i].Association = of(pr.Threads[i].Author)
+	}
+	for i := range pr.Comments {
+		pr.Comments[i].Association = of(pr.Comments[i].Author)
 	}
 }

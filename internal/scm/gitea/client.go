@@ -1,6 +1,7 @@
 package gitea
 
 import (
+	"errors"
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"bytes"
@@ -19,6 +20,9 @@ import (
 
 // maxBody bounds every answer read into memory.
 const maxBody = 16 << 20
+
+// errResponseTooLarge is wrapped by the error of an answer larger than maxBody.
+var errResponseTooLarge = errors.New("response too large")
 
 // pageSize is Gitea's default (and usual maximum) page of list endpoints ([api]
 // MAX_RESPONSE_ITEMS = 50).
@@ -188,7 +192,7 @@ func (c *Client) attempt(ctx context.Context, method, u string, body []byte) (*r
 		return nil, &scm.APIError{Kind: scm.ErrUnavailable, Message: "read response", Err: err}
 	}
 	if len(b) > maxBody {
-		return nil, &scm.APIError{Kind: scm.ErrUnavailable, Message: fmt.Sprintf("response larger than %d bytes", maxBody)}
+		return nil, &scm.APIError{Kind: scm.ErrUnavailable, Message: fmt.Sprintf("response larger than %d bytes", maxBody), Err: errResponseTooLarge}
 	}
 	return &response{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }

@@ -316,9 +316,20 @@ func (rc *refreshCall) convert(ctx context.Context, j *job, fetched time.Time) (
 	if err != nil {
 		return nil, "", err
 	}
+	conv, err := rc.p.conversation(ctx, j.repo, g)
+	if err != nil {
+		if fatal(err) && !errors.Is(err, errResponseTooLarge) {
+			return nil, "", err
+		}
+		// Everything else the pull request says still counts; its conversation waits for the
+		// next full read (see conversation), and the request's outcome is in the metrics.
+		conv = nil
+	}
 	pr.DetailsFetchedAt = fetched
 	pr.Reviews = convertReviews(reviews)
 	pr.Threads = threads(comments)
+	pr.Comments = conv
+	pr.Author = login(g.User)
 	rc.p.annotate(ctx, j.repo, pr)
 	pr.Checks = rollup(statuses, prot)
 	pr.ReviewDecision = reviewDecision(reviews, prot)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
 
@@ -34,6 +35,32 @@ func (p *Provider) reviews(ctx context.Context, repo scm.Repo, number int) ([]*a
 		}
 	}
 	return all, nil
+}
+
+// conversation reads a pull request's conversation comments when it has any (g.Comments, from the
+// pull request itself, saves the request otherwise) and keeps the newest scm.MaxComments, bodies
+// cut at scm.MaxTextBytes. Gitea lists an issue's comments in one answer, without pages, so a
+// conversation flooded past the client's response bound cannot be read: that leaves the
+// conversation out (logged by the caller) rather than failing the read of everything else the
+// pull request says (checks, reviews, mergeability).
+func (p *Provider) conversation(ctx context.Context, repo scm.Repo, g *apiPull) ([]scm.Comment, error) {
+	if g.Comments == 0 {
+		return nil, nil
+	}
+	var all []*apiComment
+	if err := p.Get(Op(ctx, "issues.comments"), fmt.Sprintf("%s/issues/%d/comments", repoPath(repo), g.Number), nil, &all, scm.ErrNotFound); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Created.Before(all[j].Created) })
+	if len(all) > scm.MaxComments {
+		all = all[len(all)-scm.MaxComments:]
+	}
+	out := make([]scm.Comment, 0, len(all))
+	for _, c := range all {
+		out = append(out, scm.Comment{ID: strconv.FormatInt(c.ID, 10), Author: login(c.User), URL: c.HTMLURL, CreatedAt: c.Created,
+			Body: clip.Marked(c.Body, scm.MaxTextBytes, scm.ClippedMark)})
+	}
+	return out, nil
 }
 
 // reviewComments reads the line comments of every review that has any (Gitea serves them per
@@ -69,7 +96,8 @@ func login(u *apiUser) string {
 func convertReviews(reviews []*apiReview) []scm.Review {
 	var out []scm.Review
 	for _, r := range reviews {
-		rv := scm.Review{ID: strconv.FormatInt(r.ID, 10), Author: login(r.User), Dismissed: r.Dismissed, SubmittedAt: r.Submitted, CommitSHA: r.CommitID}
+		rv := scm.Review{ID: strconv.FormatInt(r.ID, 10), Author: login(r.User), Dismissed: r.Dismissed, SubmittedAt: r.Submitted, CommitSHA: r.CommitID,
+			Body: clip.Marked(r.Body, scm.MaxTextBytes, scm.ClippedMark), URL: r.HTMLURL}
 		switch r.State {
 		case reviewApproved:
 			rv.State = scm.ReviewStateApproved

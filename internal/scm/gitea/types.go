@@ -93,6 +93,15 @@ type apiReviewComment struct {
 	Created      time.Time `json:"created_at"`
 }
 
+// apiComment is a comment in an issue's or pull request's conversation.
+type apiComment struct {
+	ID      int64     `json:"id"`
+	HTMLURL string    `json:"html_url"`
+	User    *apiUser  `json:"user"`
+	Body    string    `json:"body"`
+	Created time.Time `json:"created_at"`
+}
+
 type apiBranch struct {
 	Name                          string   `json:"name"`
 	Protected                     bool     `json:"protected"`

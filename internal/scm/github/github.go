@@ -34,8 +34,8 @@ const (
 	// GitHub charges the query's minimum (1 point) whatever the count; 100 keeps the query small
 	// enough to answer well within GitHub's time limit.
 	probeBatch = 100
-	// fullBatch bounds the full reads per query: each costs 4 connection requests, so 25 full
-	// reads are 100 requests, one point.
+	// fullBatch bounds the full reads per query: each costs 5 connection requests, so 25 full
+	// reads are 125 requests, one point (GitHub rounds requests/100).
 	fullBatch = 25
 )
 
@@ -130,8 +130,9 @@ func endpoints(apiURL string) (rest, graphql string, err error) {
 // Provider implements scm.Provider for GitHub.
 type Provider struct {
 	*Client
-	// threadComments caches the first comment of review threads by thread id: it never changes
-	// (edits aside), so each thread's body is read once.
+	// threadComments caches texts by node id: the first comment of review threads, and the
+	// bodies of conversation comments and reviews. They never change (edits aside), so each is
+	// read once. Bodies are cut at scm.MaxTextBytes, so the cache holds at most 64 MiB of text.
 	threadComments *lru.Cache[string, threadComment]
 	// jobLogs caches log excerpts of finished jobs by job id: finished logs never change.
 	jobLogs *lru.Cache[int64, string]
@@ -154,7 +155,7 @@ func New(cfg scm.Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc, _ := lru.New[string, threadComment](16384)
+	tc, _ := lru.New[string, threadComment](8192)
 	jl, _ := lru.New[int64, string](2048)
 	us, _ := lru.New[string, time.Time](4096)
 	return &Provider{Client: c, threadComments: tc, jobLogs: jl, unknownSince: us, creds: map[scm.Repo]*repoToken{}}, nil

@@ -64,20 +64,20 @@ func TestMoreThanOneHundredUnresolvedThreadsArePaged(t *testing.T) {
 	g.Expect(got.Threads).To(HaveLen(len(unresolved)))
 
 	// One full read (the first 100 threads), two pages (after its cursor: 100, then 60) and the
-	// first comments of the 208 unresolved threads, 100 per query.
+	// first comments of the 208 unresolved threads, 25 per query (textBatch).
 	g.Expect(requests(m, scm.KindGraphQL, "pulls.read", scm.OutcomeOK)).To(Equal(1.0))
 	g.Expect(requests(m, scm.KindGraphQL, "pulls.threads_page", scm.OutcomeOK)).To(Equal(2.0))
-	g.Expect(requests(m, scm.KindGraphQL, "pulls.thread_comments", scm.OutcomeOK)).To(Equal(3.0))
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.texts", scm.OutcomeOK)).To(Equal(9.0))
 	after := e.fake.Stats()
-	g.Expect(after.GraphQLQueries - before.GraphQLQueries).To(Equal(6))
-	g.Expect(after.GraphQLPoints-before.GraphQLPoints).To(Equal(6), "each query within one point")
+	g.Expect(after.GraphQLQueries - before.GraphQLQueries).To(Equal(12))
+	g.Expect(after.GraphQLPoints-before.GraphQLPoints).To(Equal(12), "each query within one point")
 
 	// First comments are cached: a second read pages the threads again but reads no comment.
 	prs, err = p.GetPullRequests(ctx, []scm.PRRef{{Repo: e.repo, Number: pr.Number}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(prs[0].Threads).To(Equal(got.Threads))
 	g.Expect(requests(m, scm.KindGraphQL, "pulls.threads_page", scm.OutcomeOK)).To(Equal(4.0))
-	g.Expect(requests(m, scm.KindGraphQL, "pulls.thread_comments", scm.OutcomeOK)).To(Equal(3.0))
+	g.Expect(requests(m, scm.KindGraphQL, "pulls.texts", scm.OutcomeOK)).To(Equal(9.0))
 }
 
 // refresh reads one pull request by number through the adapter's batched read.
@@ -302,10 +302,10 @@ func TestBatchesStayUnderTheNodeLimitByConstruction(t *testing.T) {
 			largest = max(largest, n)
 		}
 	}
-	// By GitHub's formula a full read asks for at most 100 reviews, 100 threads, 1 commit and
-	// its 100 checks, a lookup by head for 10 candidates: 25×301 + 75×10 nodes per query, two
-	// orders of magnitude under the limit, whatever the pull requests hold.
-	g.Expect(largest).To(Equal(fullBatch*(100+100+1+100) + (probeBatch-fullBatch)*byHeadCandidates))
+	// By GitHub's formula a full read asks for at most 100 reviews, 100 threads, 30 comments,
+	// 1 commit and its 100 checks, a lookup by head for 10 candidates: 25×331 + 75×10 nodes per
+	// query, two orders of magnitude under the limit, whatever the pull requests hold.
+	g.Expect(largest).To(Equal(fullBatch*(100+100+scm.MaxComments+1+100) + (probeBatch-fullBatch)*byHeadCandidates))
 }
 
 func TestNodeLimitExceededIsAClearError(t *testing.T) {

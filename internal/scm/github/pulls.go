@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shepherd-dev/shepherd/internal/clip"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
 
@@ -57,8 +58,10 @@ const threadFields = `pageInfo { hasNextPage endCursor } nodes { id isResolved i
 // written per pull request rather than in a fragment.
 func fullSelection(number int) string {
 	return `body
-  reviews(last: 100) { nodes { id author { login } authorAssociation state submittedAt commit { oid } } }
+  author { login }
+  reviews(last: 100) { nodes { id author { login } authorAssociation state submittedAt url commit { oid } } }
   reviewThreads(first: 100) { ` + threadFields + ` }
+  comments(last: ` + strconv.Itoa(scm.MaxComments) + `) { nodes { id author { login } authorAssociation createdAt url } }
   commits(last: 1) { nodes { commit { id oid statusCheckRollup { state ` + checkContextsSelection(number, "") + ` } } } }`
 }
 
@@ -78,9 +81,21 @@ type gqlReview struct {
 	AuthorAssociation string    `json:"authorAssociation"`
 	State             string    `json:"state"`
 	SubmittedAt       time.Time `json:"submittedAt"`
+	URL               string    `json:"url"`
 	Commit            *struct {
 		Oid string `json:"oid"`
 	} `json:"commit"`
+}
+
+// gqlComment is a conversation comment without its body: bodies are read once per comment, in
+// their own small queries (loadTexts), so that no batch of pull requests can be inflated past
+// the response bound by outsiders' long comments.
+type gqlComment struct {
+	ID                string    `json:"id"`
+	Author            *gqlActor `json:"author"`
+	AuthorAssociation string    `json:"authorAssociation"`
+	CreatedAt         time.Time `json:"createdAt"`
+	URL               string    `json:"url"`
 }
 
 type gqlThread struct {
@@ -158,7 +173,11 @@ type gqlPR struct {
 		Nodes []gqlReview `json:"nodes"`
 	} `json:"reviews"`
 	ReviewThreads *gqlThreads `json:"reviewThreads"`
-	Commits       *struct {
+	Author        *gqlActor   `json:"author"`
+	Comments      *struct {
+		Nodes []gqlComment `json:"nodes"`
+	} `json:"comments"`
+	Commits *struct {
 		Nodes []struct {
 			Commit gqlCommit `json:"commit"`
 		} `json:"nodes"`
@@ -206,7 +225,7 @@ type refreshJob struct {
 // Refresh reads many pull requests in as few GraphQL queries as GitHub's limits allow: probes
 // (100 per query, one point), full reads (25 per query) and head lookups, grouped by repository
 // with aliases. Pages beyond the first 100 threads or checks and the first comment of threads
-// not seen before are read in follow-up queries; log excerpts of failed GitHub Actions jobs are
+// not seen before, and the bodies of new comments and reviews, are read in follow-up queries; log excerpts of failed GitHub Actions jobs are
 // read once per job over REST.
 func (p *Provider) Refresh(ctx context.Context, reqs []scm.RefreshRequest) ([]scm.RefreshResult, error) {
 	start := p.cfg.Clock.Now()
@@ -238,7 +257,7 @@ func (p *Provider) Refresh(ctx context.Context, reqs []scm.RefreshRequest) ([]sc
 	if err := p.completePages(ctx, fulls); err != nil {
 		return nil, err
 	}
-	if err := p.loadThreadComments(ctx, fulls); err != nil {
+	if err := p.loadTexts(ctx, fulls); err != nil {
 		return nil, err
 	}
 	out := make([]scm.RefreshResult, len(jobs))
@@ -502,44 +521,98 @@ func (p *Provider) completePages(ctx context.Context, jobs []*refreshJob) error 
 // maxExtraPages bounds the follow-up pages per pull request (1,100 threads or checks in all).
 const maxExtraPages = 10
 
-// loadThreadComments reads the first comment (author, body, URL) of unresolved threads not seen
-// before, 100 threads per query.
-func (p *Provider) loadThreadComments(ctx context.Context, jobs []*refreshJob) error {
-	var missing []string
+// textBatch is how many texts one follow-up query reads. GitHub allows 65,536 characters in a
+// body; at up to six bytes each in JSON (an escaped control character), 25 stay under maxBody
+// (about 9.4 MiB), so a query of texts is never refused for its size, however long the bodies.
+const textBatch = 25
+
+// textKind is what a text's node id names.
+type textKind int
+
+const (
+	// textThread: a review thread, whose first comment is read.
+	textThread textKind = iota
+	// textComment: a conversation comment (IssueComment).
+	textComment
+	// textReview: a review's summary.
+	textReview
+)
+
+// loadTexts reads what is new since the last read, textBatch per query: the first comment
+// (author, body, URL) of unresolved threads, and the bodies of conversation comments and of
+// reviews. Each is read once: they never change, edits aside (an edit is not news for the agent).
+func (p *Provider) loadTexts(ctx context.Context, jobs []*refreshJob) error {
+	type want struct {
+		id   string
+		kind textKind
+	}
+	var missing []want
 	seen := map[string]bool{}
+	add := func(id string, k textKind) {
+		if id == "" || seen[id] {
+			return
+		}
+		seen[id] = true
+		if _, ok := p.threadComments.Get(id); !ok {
+			missing = append(missing, want{id, k})
+		}
+	}
 	for _, j := range jobs {
-		if j.raw.ReviewThreads == nil {
+		if j.raw == nil {
 			continue
 		}
-		for _, t := range j.raw.ReviewThreads.Nodes {
-			if t.IsResolved || seen[t.ID] {
-				continue
+		if j.raw.ReviewThreads != nil {
+			for _, t := range j.raw.ReviewThreads.Nodes {
+				if !t.IsResolved {
+					add(t.ID, textThread)
+				}
 			}
-			if _, ok := p.threadComments.Get(t.ID); !ok {
-				missing = append(missing, t.ID)
-				seen[t.ID] = true
+		}
+		if j.raw.Comments != nil {
+			for _, c := range j.raw.Comments.Nodes {
+				add(c.ID, textComment)
+			}
+		}
+		if j.raw.Reviews != nil {
+			for _, r := range j.raw.Reviews.Nodes {
+				// An approval's or a dismissed review's text asks nothing of the agent.
+				if st := strings.ToUpper(r.State); st == "COMMENTED" || st == "CHANGES_REQUESTED" {
+					add(r.ID, textReview)
+				}
 			}
 		}
 	}
 	for len(missing) > 0 {
-		n := min(len(missing), 100)
+		n := min(len(missing), textBatch)
 		batch := missing[:n]
 		missing = missing[n:]
 		var decl []string
 		var body strings.Builder
 		vars := map[string]any{}
-		for i, id := range batch {
+		for i, w := range batch {
 			decl = append(decl, fmt.Sprintf("$t%d: ID!", i))
-			vars[fmt.Sprintf("t%d", i)] = id
-			fmt.Fprintf(&body, "  t%d: node(id: $t%d) { ... on PullRequestReviewThread { comments(first: 1) { nodes { author { login } authorAssociation body url } } } }\n", i, i)
+			vars[fmt.Sprintf("t%d", i)] = w.id
+			switch w.kind {
+			case textThread:
+				fmt.Fprintf(&body, "  t%d: node(id: $t%d) { ... on PullRequestReviewThread { comments(first: 1) { nodes { author { login } authorAssociation body url } } } }\n", i, i)
+			case textComment:
+				fmt.Fprintf(&body, "  t%d: node(id: $t%d) { ... on IssueComment { body } }\n", i, i)
+			case textReview:
+				fmt.Fprintf(&body, "  t%d: node(id: $t%d) { ... on PullRequestReview { body } }\n", i, i)
+			}
 		}
 		q := "query(" + strings.Join(decl, ", ") + ") {\n  " + rateLimitSelection + "\n" + body.String() + "}"
 		var data map[string]json.RawMessage
-		if _, err := p.GraphQL(ctx, "pulls.thread_comments", q, vars, estimateCost(len(batch)), &data); err != nil {
+		if _, err := p.GraphQL(ctx, "pulls.texts", q, vars, estimateCost(len(batch)), &data); err != nil {
 			return err
 		}
-		for i, id := range batch {
+		for i, w := range batch {
+			raw := data[fmt.Sprintf("t%d", i)]
+			if len(raw) == 0 || string(raw) == "null" {
+				continue
+			}
 			var node struct {
+				Body     string `json:"body"`
 				Comments struct {
 					Nodes []struct {
 						Author            *gqlActor `json:"author"`
@@ -549,23 +622,21 @@ func (p *Provider) loadThreadComments(ctx context.Context, jobs []*refreshJob) e
 					} `json:"nodes"`
 				} `json:"comments"`
 			}
-			raw := data[fmt.Sprintf("t%d", i)]
-			if len(raw) == 0 || string(raw) == "null" {
-				continue
-			}
 			if err := json.Unmarshal(raw, &node); err != nil {
-				return &scm.APIError{Kind: scm.ErrUnavailable, Message: "decode thread comment", Err: err}
+				return &scm.APIError{Kind: scm.ErrUnavailable, Message: "decode a comment's text", Err: err}
 			}
-			tc := threadComment{}
-			if len(node.Comments.Nodes) > 0 {
+			tc := threadComment{Body: clip.Marked(node.Body, scm.MaxTextBytes, scm.ClippedMark)}
+			if w.kind == textThread && len(node.Comments.Nodes) > 0 {
 				c := node.Comments.Nodes[0]
-				tc = threadComment{Author: login(c.Author), Association: scm.ParseGitHubAssociation(c.AuthorAssociation), Body: c.Body, URL: c.URL}
+				tc = threadComment{Author: login(c.Author), Association: scm.ParseGitHubAssociation(c.AuthorAssociation),
+					Body: clip.Marked(c.Body, scm.MaxTextBytes, scm.ClippedMark), URL: c.URL}
 			}
-			p.threadComments.Add(id, tc)
+			p.threadComments.Add(w.id, tc)
 		}
 	}
 	return nil
 }
+
 
 func login(a *gqlActor) string {
 	if a == nil {
@@ -607,9 +678,23 @@ func (p *Provider) convert(repo scm.Repo, g *gqlPR, full bool, fetched time.Time
 		return pr
 	}
 	pr.DetailsFetchedAt = fetched
+	pr.Author = login(g.Author)
 	if g.Reviews != nil {
 		for _, r := range g.Reviews.Nodes {
-			pr.Reviews = append(pr.Reviews, convertReview(r))
+			rv := convertReview(r)
+			if c, ok := p.threadComments.Get(r.ID); ok {
+				rv.Body = c.Body
+			}
+			pr.Reviews = append(pr.Reviews, rv)
+		}
+	}
+	if g.Comments != nil {
+		for _, c := range g.Comments.Nodes {
+			cm := scm.Comment{ID: c.ID, Author: login(c.Author), Association: scm.ParseGitHubAssociation(c.AuthorAssociation), URL: c.URL, CreatedAt: c.CreatedAt}
+			if t, ok := p.threadComments.Get(c.ID); ok {
+				cm.Body = t.Body
+			}
+			pr.Comments = append(pr.Comments, cm)
 		}
 	}
 	pr.ReviewDecision = convertDecision(g.ReviewDecision, pr.Reviews)
@@ -690,7 +775,7 @@ func convertMergeState(s string) scm.MergeState {
 }
 
 func convertReview(r gqlReview) scm.Review {
-	out := scm.Review{ID: r.ID, Author: login(r.Author), Association: scm.ParseGitHubAssociation(r.AuthorAssociation), SubmittedAt: r.SubmittedAt}
+	out := scm.Review{ID: r.ID, Author: login(r.Author), Association: scm.ParseGitHubAssociation(r.AuthorAssociation), SubmittedAt: r.SubmittedAt, URL: r.URL}
 	if r.Commit != nil {
 		out.CommitSHA = r.Commit.Oid
 	}
