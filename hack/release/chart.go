@@ -639,6 +639,10 @@ func sortedValues(m map[string]string) []string {
 // PackageChart writes <out>/shepherd-<chart version>.tgz: the chart with the release's version
 // as its version and appVersion and its images pinned to img, packaged by helm.
 func PackageChart(ctx context.Context, helm, repo, out, version string, img Images) (string, error) {
+	// bin/ is ignored by git: a fresh clone has none until a make target makes it.
+	if err := os.MkdirAll(filepath.Join(repo, "bin"), 0o755); err != nil {
+		return "", err
+	}
 	work, err := os.MkdirTemp(filepath.Join(repo, "bin"), "chart-")
 	if err != nil {
 		return "", err

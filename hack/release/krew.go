@@ -57,6 +57,10 @@ func BuildPlugin(ctx context.Context, repo, out, version string, platforms []Pla
 	if err != nil {
 		return nil, err
 	}
+	// bin/ is ignored by git: a fresh clone has none until a make target makes it.
+	if err := os.MkdirAll(filepath.Join(repo, "bin"), 0o755); err != nil {
+		return nil, err
+	}
 	work, err := os.MkdirTemp(filepath.Join(repo, "bin"), "plugin-")
 	if err != nil {
 		return nil, err

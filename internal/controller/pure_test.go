@@ -331,6 +331,17 @@ func TestWorktreePhase(t *testing.T) {
 			func(s *worktreeScope) { s.sessionPods = []corev1.Pod{activePod} }, agentsv1alpha1.WorktreeReady, ""},
 		{"the volume vanished", func(w *agentsv1alpha1.Worktree) { w.Status.Phase = agentsv1alpha1.WorktreeReady },
 			func(s *worktreeScope) { s.volumeRecreated, s.result, s.hasRes = true, ok, true }, agentsv1alpha1.WorktreeMissing, "vanished"},
+		{"a runner says the checkout is gone", func(w *agentsv1alpha1.Worktree) { w.Status.Phase = agentsv1alpha1.WorktreeReady },
+			func(s *worktreeScope) {
+				s.result, s.hasRes = ok, true
+				s.live, s.liveAt = &runnerapi.WorkspaceReport{Path: "/shepherd/workspace/worktrees/x", Missing: true}, t0.Add(time.Minute)
+			}, agentsv1alpha1.WorktreeMissing, "/shepherd/workspace/worktrees/x is gone"},
+		{"a prepare after the runner's word makes it again", func(w *agentsv1alpha1.Worktree) { w.Status.Phase = agentsv1alpha1.WorktreeMissing },
+			func(s *worktreeScope) {
+				s.result, s.hasRes = ok, true
+				s.result.Finished = t0.Add(2 * time.Minute)
+				s.live, s.liveAt = &runnerapi.WorkspaceReport{Missing: true}, t0.Add(time.Minute)
+			}, agentsv1alpha1.WorktreeReady, "0123456789ab"},
 		{"Absent, being removed", func(w *agentsv1alpha1.Worktree) { w.Spec.State = agentsv1alpha1.WorktreeAbsent },
 			func(s *worktreeScope) { s.result, s.hasRes = ok, true }, agentsv1alpha1.WorktreeRemoving, ""},
 		{"Absent, removed: the branch is kept", func(w *agentsv1alpha1.Worktree) { w.Spec.State = agentsv1alpha1.WorktreeAbsent },
@@ -353,6 +364,50 @@ func TestWorktreePhase(t *testing.T) {
 			g.Expect(phase).To(Equal(c.want))
 			g.Expect(msg).To(ContainSubstring(c.reason))
 		})
+	}
+}
+
+func TestCheckoutLost(t *testing.T) {
+	observed := metav1.NewTime(t0)
+	ready := func(mut ...func(*agentsv1alpha1.WorktreeStatus)) *agentsv1alpha1.Worktree {
+		wt := MakeWorktree("wt", "ns", "widgets", "feature/x").Obj()
+		wt.Status = agentsv1alpha1.WorktreeStatus{Phase: agentsv1alpha1.WorktreeReady, Head: "0123456789abcdef", LastObservedTime: &observed}
+		for _, m := range mut {
+			m(&wt.Status)
+		}
+		return wt
+	}
+	made := checkoutResult{OK: true, Finished: t0.Add(time.Minute)}
+	restored := made
+	restored.Result.Restored = true
+	old := made
+	old.Finished = t0
+	for _, c := range []struct {
+		name string
+		wt   *agentsv1alpha1.Worktree
+		res  checkoutResult
+		has  bool
+		want bool
+	}{
+		{"a Ready checkout made anew", ready(), made, true, true},
+		{"a Missing one made anew", ready(func(s *agentsv1alpha1.WorktreeStatus) { s.Phase = agentsv1alpha1.WorktreeMissing }), made, true, true},
+		{"restored: it was there", ready(), restored, true, false},
+		{"the result the status already observed", ready(), old, true, false},
+		{"a first prepare", ready(func(s *agentsv1alpha1.WorktreeStatus) { s.Phase = agentsv1alpha1.WorktreePending }), made, true, false},
+		{"no head was ever known", ready(func(s *agentsv1alpha1.WorktreeStatus) { s.Head = "" }), made, true, false},
+		{"a failed prepare", ready(), checkoutResult{Finished: t0.Add(time.Minute)}, true, false},
+		{"no result", ready(), checkoutResult{}, false, false},
+	} {
+		if got := checkoutLost(c.wt, c.res, c.has); got != c.want {
+			t.Errorf("%s: checkoutLost = %v, want %v", c.name, got, c.want)
+		}
+	}
+	orig := ready(func(s *agentsv1alpha1.WorktreeStatus) { s.UnpushedCommits, s.Dirty, s.Path = 2, true, "/w/x" })
+	msg := lostCheckoutMessage(orig, ready())
+	for _, want := range []string{"/w/x had vanished", "feature/x", "2 unpushed commit(s) and uncommitted changes are lost"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
 	}
 }
 

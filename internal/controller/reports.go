@@ -41,6 +41,11 @@ type ReportStore struct {
 	seq uint64
 	// OnChange is called (outside the lock) after a session's report changed.
 	OnChange func(types.NamespacedName)
+	// OnWorktreeChange is called (outside the lock) with a Worktree whose checkout a runner
+	// reported gone, or back: the Worktree's phase follows that word at once. Other facts wait
+	// for the Worktree's next reconcile (they change with every turn, and a fleet's runners
+	// report every few seconds).
+	OnWorktreeChange func(types.NamespacedName)
 }
 
 // NewReportStore returns an empty store.
@@ -82,8 +87,10 @@ func (s *ReportStore) Update(key types.NamespacedName, pod types.UID, worktree s
 		u := *r.Usage
 		cur.Usage = &u
 	}
+	missingChanged := false
 	if r.Workspace != nil {
 		w := *r.Workspace
+		missingChanged = worktree != "" && (cur.Workspace == nil && w.Missing || cur.Workspace != nil && cur.Workspace.Missing != w.Missing)
 		cur.Workspace = &w
 	}
 	if r.Push != nil {
@@ -93,6 +100,9 @@ func (s *ReportStore) Update(key types.NamespacedName, pod types.UID, worktree s
 	s.mu.Unlock()
 	if s.OnChange != nil {
 		s.OnChange(key)
+	}
+	if missingChanged && s.OnWorktreeChange != nil {
+		s.OnWorktreeChange(types.NamespacedName{Namespace: key.Namespace, Name: worktree})
 	}
 }
 

@@ -110,7 +110,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	if err := (&ProjectReconciler{Deps: deps, Events: projectEvents}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Project controller: %w", err)
 	}
-	if err := (&WorktreeReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
+	worktreeEvents := make(chan event.GenericEvent, 256)
+	deps.Reports.OnWorktreeChange = func(key types.NamespacedName) {
+		send(worktreeEvents, &agentsv1alpha1.Worktree{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	}
+	if err := (&WorktreeReconciler{Deps: deps, Events: worktreeEvents}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Worktree controller: %w", err)
 	}
 	if err := sessions.SetupWithManager(mgr); err != nil {

@@ -13,9 +13,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -36,6 +38,8 @@ import (
 // result in the container's termination message, which survives a manager restart.
 type WorktreeReconciler struct {
 	*Deps
+	// Events wakes a Worktree whose checkout a runner reported gone (ReportStore.OnWorktreeChange).
+	Events chan event.GenericEvent
 }
 
 // worktreeScope is what one Worktree reconcile observed.
@@ -48,7 +52,10 @@ type worktreeScope struct {
 	volumeFound bool
 	// volumeRecreated is true when the claim had to be made again after the checkout was Ready.
 	volumeRecreated bool
-	bound           []string
+	// checkoutLost is true when a prepare newer than the status made the checkout anew although
+	// the Worktree was Ready: its directory had been deleted behind Shepherd's back.
+	checkoutLost bool
+	bound        []string
 	// sessions are the AgentSessions bound to the Worktree (not being deleted).
 	sessions []agentsv1alpha1.AgentSession
 	// sessionPods are the agent pods of sessions using this Worktree.
@@ -94,6 +101,10 @@ func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, wt.Status.Conditions, wt,
 			agentsv1alpha1.ConditionSetupSucceeded, agentsv1alpha1.ConditionDeletionBlocked)
 		emitPhaseEvent(r.Recorder, wt, string(orig.Status.Phase), string(wt.Status.Phase))
+		if s.checkoutLost && r.Recorder != nil {
+			// Once: the status just written has observed the new checkout.
+			r.Recorder.Eventf(wt, nil, corev1.EventTypeWarning, agentsv1alpha1.ReasonCheckoutMissing, "Prepare", "%s", lostCheckoutMessage(orig, wt))
+		}
 		res, retErr = finish(ctx, r.Recorder, wt, orig.Status.Conditions, wt.Status.Conditions, recErr, s.requeue)
 	}()
 
@@ -164,7 +175,34 @@ func (r *WorktreeReconciler) observe(ctx context.Context, s *worktreeScope) erro
 	}
 	s.result, s.hasRes = latestResult(pods.Items)
 	s.live, s.liveAt = r.Reports.Worktree(s.wt.Namespace, s.wt.Name)
+	s.checkoutLost = checkoutLost(s.wt, s.result, s.hasRes)
 	return nil
+}
+
+// checkoutLost reports whether result, newer than what the status last observed, made the
+// checkout anew (not Restored) while the Worktree was Ready (or Missing) with a known head: the checkout's
+// directory was gone. Pure.
+func checkoutLost(wt *agentsv1alpha1.Worktree, res checkoutResult, has bool) bool {
+	st := wt.Status
+	if !has || !res.OK || res.Result.Restored || st.Phase != agentsv1alpha1.WorktreeReady && st.Phase != agentsv1alpha1.WorktreeMissing || st.Head == "" {
+		return false
+	}
+	return st.LastObservedTime == nil || res.Finished.Truncate(time.Second).After(st.LastObservedTime.Time)
+}
+
+// lostCheckoutMessage says what a vanished checkout took with it, from the last status.
+func lostCheckoutMessage(orig *agentsv1alpha1.Worktree, now *agentsv1alpha1.Worktree) string {
+	lost := "nothing unpushed was known to be in it"
+	switch st := orig.Status; {
+	case st.UnpushedCommits > 0 && st.Dirty:
+		lost = fmt.Sprintf("its %d unpushed commit(s) and uncommitted changes are lost", st.UnpushedCommits)
+	case st.UnpushedCommits > 0:
+		lost = fmt.Sprintf("its %d unpushed commit(s) are lost", st.UnpushedCommits)
+	case st.Dirty:
+		lost = "its uncommitted changes are lost"
+	}
+	return fmt.Sprintf("the checkout %s had vanished (deleted outside Shepherd) and was made again from branch %s at %s; %s",
+		orig.Status.Path, now.Spec.Branch, shortSHA(now.Status.Head), lost)
 }
 
 // activeSessionPods reports whether a session's agent pod is (or may be) using the checkout.
@@ -488,7 +526,11 @@ func (r *WorktreeReconciler) deletePod(ctx context.Context, pod *corev1.Pod, why
 // SetupWithManager watches Worktrees, their pods and volumes, the sessions that bind them, and
 // their Projects.
 func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Events != nil {
+		b = b.WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{}))
+	}
+	return b.
 		For(&agentsv1alpha1.Worktree{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {

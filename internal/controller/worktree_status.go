@@ -27,6 +27,9 @@ func worktreePhase(wt *agentsv1alpha1.Worktree, s *worktreeScope) (agentsv1alpha
 		return agentsv1alpha1.WorktreePending, "waiting for the Project"
 	case s.volumeRecreated:
 		return agentsv1alpha1.WorktreeMissing, "the checkout's volume vanished; restoring it from the branch"
+	case s.liveMissing():
+		return agentsv1alpha1.WorktreeMissing, "the checkout " + s.live.Path + " is gone (deleted outside Shepherd) while an agent works in it: " +
+			"delete the agent's pod, or stop and start the session, to make it again from the branch"
 	case s.hasRes && s.result.OK:
 		return agentsv1alpha1.WorktreeReady, "checkout ready at " + shortSHA(s.facts().Head)
 	case s.hasRes && !s.result.OK && s.result.current(wt):
@@ -38,6 +41,11 @@ func worktreePhase(wt *agentsv1alpha1.Worktree, s *worktreeScope) (agentsv1alpha
 	default:
 		return agentsv1alpha1.WorktreePending, "preparing the checkout"
 	}
+}
+
+// liveMissing: the freshest word on the checkout is a runner's report that it is gone.
+func (s *worktreeScope) liveMissing() bool {
+	return s.live != nil && s.live.Missing && (!s.hasRes || s.liveAt.After(s.result.Finished))
 }
 
 // observedRefresh is how stale status.lastObservedTime may grow while the facts stay the same.

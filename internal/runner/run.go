@@ -681,6 +681,11 @@ func (r *runner) publish(ctx context.Context, headBefore string, st *turnState) 
 	}()
 	facts, err := workspace.ReadFacts(ctx, r.git, r.cfg.Workdir)
 	if err != nil {
+		if _, serr := os.Stat(r.cfg.Workdir); errors.Is(serr, os.ErrNotExist) {
+			// Deleted behind Shepherd's back: the Worktree says Missing.
+			r.rep.update(func() { r.rep.workspace = &runnerapi.WorkspaceReport{Path: r.cfg.Workdir, Missing: true} })
+			return fmt.Errorf("the checkout %s is gone (deleted outside Shepherd): restart the session's pod to make it again from the branch", r.cfg.Workdir)
+		}
 		return fmt.Errorf("reading the checkout failed: %w", err)
 	}
 	r.rep.update(func() { r.rep.workspace = workspaceReport(facts, r.cfg.Workdir) })

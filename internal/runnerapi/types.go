@@ -172,6 +172,9 @@ type WorkspaceReport struct {
 	UnpushedCommits int32        `json:"unpushedCommits"`
 	Restored        bool         `json:"restored,omitempty"`
 	Setup           *SetupReport `json:"setup,omitempty"`
+	// Missing is true when the checkout's directory is gone while the agent works in it (deleted
+	// outside Shepherd); the other facts are then empty.
+	Missing bool `json:"missing,omitempty"`
 }
 
 // SetupReport mirrors api SetupStatus.

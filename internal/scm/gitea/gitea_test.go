@@ -837,7 +837,7 @@ func TestAuthorAssociations(t *testing.T) {
 	g.Expect(got.Comments[0].CreatedAt.IsZero()).To(BeFalse())
 	g.Expect(got.Comments[1].Author).To(Equal(outsider.Name))
 	g.Expect(got.Comments[1].Association).To(Equal(scm.AssociationNone))
-	g.Expect(len(e.exchanges(http.MethodGet, fmt.Sprintf("/issues/%d/comments", pr.Number))) - before).To(Equal(1), "one request for the conversation")
+	g.Expect(len(e.exchanges(http.MethodGet, fmt.Sprintf("/issues/%d/comments", pr.Number)))-before).To(Equal(1), "one request for the conversation")
 
 	want := map[string]scm.Association{
 		e.repo.Owner: scm.AssociationOwner, "reviewer": scm.AssociationCollaborator, reader.Name: scm.AssociationCollaborator,

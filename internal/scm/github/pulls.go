@@ -637,7 +637,6 @@ func (p *Provider) loadTexts(ctx context.Context, jobs []*refreshJob) error {
 	return nil
 }
 
-
 func login(a *gqlActor) string {
 	if a == nil {
 		return "ghost" // GitHub's name for a deleted account
