@@ -114,6 +114,10 @@ const (
 	ReasonPodPending       = "PodPending"
 	// ReasonPodUnschedulable: the scheduler cannot place the agent pod (its message says why).
 	ReasonPodUnschedulable = "PodUnschedulable"
+	// ReasonVolumeAttachedElsewhere: the agent pod waits for a ReadWriteOnce volume that is still
+	// attached to another node (a lost node, typically); the message names the node and what
+	// frees the volume.
+	ReasonVolumeAttachedElsewhere = "VolumeAttachedElsewhere"
 	// ReasonSpawnDeadlineExceeded: the agent pod did not start within activity.spawnDeadline.
 	ReasonSpawnDeadlineExceeded = "SpawnDeadlineExceeded"
 	ReasonPodFailed             = "PodFailed"

@@ -68,6 +68,8 @@ type sessionScope struct {
 	wtFound  bool
 	pod      *corev1.Pod
 	nodeLost bool
+	// volumeHeld says what holds the pod's ReadWriteOnce volume on another node (volumeHeld).
+	volumeHeld string
 	// heldBy is the session that holds the shared Worktree this one waits for ("" when free).
 	heldBy   string
 	decision *lifecycle.Decision
@@ -436,6 +438,7 @@ func (r *AgentSessionReconciler) observePod(ctx context.Context, s *sessionScope
 			return fmt.Errorf("get node: %w", err)
 		}
 		s.nodeLost = nodeLost(node, err == nil, r.now(), s.settings.GracePeriod)
+		s.volumeHeld = r.volumeHeld(ctx, pod)
 	}
 	return nil
 }
@@ -448,7 +451,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		Spec: lifecycle.SpecEvidence{State: s.sess.Spec.State, Admitted: s.admitted, Messages: s.sess.Spec.Messages,
 			ApprovedHead: s.sess.Annotations[agentsv1alpha1.ApprovedHeadAnnotation]},
 		Settings: s.settings,
-		Pod:      podEvidence(s.pod, s.nodeLost),
+		Pod:      podEvidence(s.pod, s.nodeLost, s.volumeHeld),
 		Previous: s.sess.Status,
 	}
 	in.Spec.MaxDuration, in.Spec.MaxTurns = sessionLimits(s.project, s.sess)

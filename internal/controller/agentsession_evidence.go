@@ -17,7 +17,7 @@ import (
 // out. They are table-tested without an API server.
 
 // podEvidence describes the agent pod and its agent container.
-func podEvidence(pod *corev1.Pod, nodeLost bool) lifecycle.PodEvidence {
+func podEvidence(pod *corev1.Pod, nodeLost bool, volumeHeld string) lifecycle.PodEvidence {
 	if pod == nil {
 		return lifecycle.PodEvidence{}
 	}
@@ -28,6 +28,8 @@ func podEvidence(pod *corev1.Pod, nodeLost bool) lifecycle.PodEvidence {
 		Reason:   pod.Status.Reason,
 		Deleting: !pod.DeletionTimestamp.IsZero(),
 		NodeLost: nodeLost,
+
+		VolumeHeld: volumeHeld,
 	}
 	if ev.Phase == "" {
 		ev.Phase = lifecycle.PodPending

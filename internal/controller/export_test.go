@@ -29,3 +29,10 @@ func SetClosePullRequestGiveUp(d time.Duration) (restore func()) {
 	old := closePullRequestGiveUpNanos.Swap(int64(d))
 	return func() { closePullRequestGiveUpNanos.Store(old) }
 }
+
+// SetVolumeHeldAfter shortens how long a scheduled agent pod waits before Shepherd looks for
+// what holds its volume; the returned func restores it.
+func SetVolumeHeldAfter(d time.Duration) (restore func()) {
+	old := volumeHeldAfter.Swap(int64(d))
+	return func() { volumeHeldAfter.Store(old) }
+}

@@ -187,7 +187,7 @@ func TestPodEvidence(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			NewWithT(t).Expect(podEvidence(c.pod, c.nodeLost)).To(Equal(c.want))
+			NewWithT(t).Expect(podEvidence(c.pod, c.nodeLost, "")).To(Equal(c.want))
 		})
 	}
 }

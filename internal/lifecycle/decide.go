@@ -386,6 +386,9 @@ func (e *eval) spawningPhase() {
 		// Before the workspace: a session's own checkout is prepared in this pod, so the pod's
 		// placement is what holds the workspace up.
 		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonPodUnschedulable, "The agent pod cannot be scheduled: "+clip.Marked(pod.Unschedulable, 500, truncated))
+	case pod.Exists && !e.agent.podLost && pod.VolumeHeld != "":
+		// Before the workspace too: the checkout is on that volume.
+		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonVolumeAttachedElsewhere, "The agent pod waits for its volume: "+clip.Marked(pod.VolumeHeld, 700, truncated))
 	case ws.Phase != agentsv1alpha1.WorktreeReady:
 		e.set(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonWorkspacePending, withDetail("Waiting for the workspace", ws.Message))
 	case !pod.Exists || e.agent.podLost:

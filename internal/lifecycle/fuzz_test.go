@@ -76,6 +76,11 @@ func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha
 		if r.chance(3) {
 			in.Pod.Terminated = &ContainerExit{ExitCode: pick(r, int32(0), 1, 137), Reason: pick(r, "", "OOMKilled", "Completed")}
 		}
+		if r.chance(8) {
+			// What holds a pending pod up: the scheduler, or a volume attached to another node.
+			in.Pod.Unschedulable = pick(r, "", "0/3 nodes are available")
+			in.Pod.VolumeHeld = pick(r, "", "volume pv-1 (claim w, ReadWriteOnce) is still attached to node n1")
+		}
 	}
 	if !r.chance(5) {
 		in.Runner = RunnerEvidence{

@@ -126,6 +126,9 @@ type PodEvidence struct {
 	// Unschedulable is the scheduler's message while it cannot place the pod (its PodScheduled
 	// condition is False with reason Unschedulable); empty otherwise.
 	Unschedulable string
+	// VolumeHeld says which ReadWriteOnce volume the scheduled pod waits for, attached to which
+	// other node and what frees it; empty otherwise.
+	VolumeHeld string
 }
 
 // ContainerExit is how a container ended.

@@ -152,3 +152,22 @@ func TestTerminatingOnALostNodeIsForced(t *testing.T) {
 		g.Expect(a.Type).NotTo(Equal(ActionDeletePod), "a live node's kubelet finishes the deletion")
 	}
 }
+
+// TestVolumeHeldElsewhere: a scheduled pod waiting for a ReadWriteOnce volume still attached to
+// another node says so in the phase's reason, and the spawn deadline keeps it in its message.
+func TestVolumeHeldElsewhere(t *testing.T) {
+	g := NewWithT(t)
+	in := running()
+	in.Pod = PodEvidence{Exists: true, UID: "p2", Phase: PodPending, Created: t0,
+		VolumeHeld: "volume pv-1 (claim w, ReadWriteOnce) is still attached to node n1, which has not been Ready for 5m0s"}
+	in.Previous.Phase, in.Previous.StartTime = agentsv1alpha1.PhaseSpawning, nil
+	in.Now = t0.Add(time.Minute)
+	d := Decide(in)
+	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseSpawning))
+	g.Expect(d.Reason).To(Equal(agentsv1alpha1.ReasonVolumeAttachedElsewhere))
+	g.Expect(d.Message).To(ContainSubstring("still attached to node n1"))
+	in.Now = t0.Add(DefaultSpawnDeadline + time.Second)
+	d = Decide(in)
+	g.Expect(d.Reason).To(Equal(agentsv1alpha1.ReasonSpawnDeadlineExceeded))
+	g.Expect(d.Message).To(ContainSubstring("still attached to node n1"))
+}
