@@ -44,8 +44,8 @@ func TestFeedbackShape(t *testing.T) {
 	g.Expect(ev.Comments[0]).To(And(HaveField("Body", "why?"), HaveField("Question", true)))
 	g.Expect(ev.Comments[1].Body).To(HaveSuffix(cutMark))
 	g.Expect(ev.Comments[2]).To(And(HaveField("Review", true), HaveField("Body", "2 findings"), HaveField("CreatedAt", t0)))
-	g.Expect(len(ev.Threads[0].Body)).To(Equal(500))
-	g.Expect(len(ev.ChangeRequests[0].Body)).To(Equal(500))
+	g.Expect(ev.Threads[0].Body).To(HaveLen(500))
+	g.Expect(ev.ChangeRequests[0].Body).To(HaveLen(500))
 
 	// The defaults: no prefix, 2000 bytes.
 	ev = lifecycle.PullRequestEvidence{Exists: true}

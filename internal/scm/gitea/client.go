@@ -1,12 +1,12 @@
 package gitea
 
 import (
-	"errors"
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
