@@ -390,6 +390,85 @@ type UsageStatus struct {
 	// Turns counts completed agent turns.
 	// +optional
 	Turns int32 `json:"turns,omitempty"`
+
+	// Source says where the numbers above come from: Proxy, Shepherd's model proxy, which sees
+	// every request the agent makes (authoritative; cost from the price table); or Agent, what
+	// the agent's CLI reported of itself (Projects without a model proxy).
+	// +optional
+	Source UsageSource `json:"source,omitempty"`
+	// Requests counts the generation requests the model proxy forwarded (Proxy).
+	// +optional
+	Requests int64 `json:"requests,omitempty"`
+	// CacheWriteTokens written to the prompt cache (Proxy).
+	// +optional
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
+	// Unmetered counts answers whose usage never arrived in full (a stream cut short); their
+	// tokens are estimated from the bytes, which overstates them (Proxy).
+	// +optional
+	Unmetered int64 `json:"unmetered,omitempty"`
+	// Models splits the proxy's count by the model each request named, with each model's cost
+	// when the price table knows it.
+	// +optional
+	// +listType=map
+	// +listMapKey=model
+	// +kubebuilder:validation:MaxItems=33
+	Models []ModelUsageStatus `json:"models,omitempty"`
+	// PriceTable is the date of the price table costUSD was computed with (Proxy).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	PriceTable string `json:"priceTable,omitempty"`
+	// Agent is what the agent's CLI reported of itself, kept beside the proxy's count (Proxy).
+	// +optional
+	Agent *AgentUsageStatus `json:"agent,omitempty"`
+}
+
+// UsageSource says who counted a session's usage.
+// +kubebuilder:validation:Enum=Proxy;Agent
+type UsageSource string
+
+const (
+	// UsageFromProxy: Shepherd's model proxy counted every request.
+	UsageFromProxy UsageSource = "Proxy"
+	// UsageFromAgent: the agent's CLI reported its own usage.
+	UsageFromAgent UsageSource = "Agent"
+)
+
+// ModelUsageStatus is one model's share of a session's metered usage.
+type ModelUsageStatus struct {
+	// Model as the requests named it (sanitized; "other" past 32 models, "unknown" when none).
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	Model string `json:"model"`
+	// +optional
+	Requests int64 `json:"requests,omitempty"`
+	// +optional
+	InputTokens int64 `json:"inputTokens,omitempty"`
+	// +optional
+	OutputTokens int64 `json:"outputTokens,omitempty"`
+	// +optional
+	CacheReadTokens int64 `json:"cacheReadTokens,omitempty"`
+	// +optional
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
+	// CostUSD at the price table's prices; empty when the table has no price for the model
+	// (never guessed: the CostKnown condition names it).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	CostUSD string `json:"costUSD,omitempty"`
+}
+
+// AgentUsageStatus is what an agent's CLI reported of its own usage.
+type AgentUsageStatus struct {
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	CostUSD string `json:"costUSD,omitempty"`
+	// +optional
+	InputTokens int64 `json:"inputTokens,omitempty"`
+	// +optional
+	OutputTokens int64 `json:"outputTokens,omitempty"`
+	// +optional
+	CacheReadTokens int64 `json:"cacheReadTokens,omitempty"`
 }
 
 // ReactionTrigger names a condition a reaction responds to.

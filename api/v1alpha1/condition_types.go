@@ -34,6 +34,14 @@ const (
 	ConditionWorkspaceReady = "WorkspaceReady"
 	// ConditionAgentRunning (AgentSession): the agent process runs in its pod.
 	ConditionAgentRunning = "AgentRunning"
+	// ConditionCostKnown (AgentSession, with a model proxy): every model the session used has a
+	// price, so status.usage.costUSD is its whole cost. False names the models without one:
+	// their tokens are counted, their cost never guessed.
+	ConditionCostKnown = "CostKnown"
+	// ConditionUsageConsistent (AgentSession, with a model proxy): the agent CLI's own count of
+	// output tokens agrees with the proxy's within the tolerance (5%, and at least 100 tokens).
+	// False says the CLI misreports (or the proxy missed requests); the proxy's count stands.
+	ConditionUsageConsistent = "UsageConsistent"
 	// ConditionPullRequestOpen (AgentSession): the session's pull request is open.
 	ConditionPullRequestOpen = "PullRequestOpen"
 	// ConditionChecksPassing (AgentSession): every check on the head commit passed.
@@ -118,6 +126,14 @@ const (
 	// attached to another node (a lost node, typically); the message names the node and what
 	// frees the volume.
 	ReasonVolumeAttachedElsewhere = "VolumeAttachedElsewhere"
+	// ReasonPriced: the cost is from the price table, every model priced (CostKnown=True).
+	ReasonPriced = "Priced"
+	// ReasonPriceUnknown: a model the session used has no price (CostKnown=False).
+	ReasonPriceUnknown = "PriceUnknown"
+	// ReasonUsageAgrees: the CLI's and the proxy's counts agree (UsageConsistent=True).
+	ReasonUsageAgrees = "UsageAgrees"
+	// ReasonUsageMismatch: they disagree beyond the tolerance (UsageConsistent=False).
+	ReasonUsageMismatch = "UsageMismatch"
 	// ReasonSpawnDeadlineExceeded: the agent pod did not start within activity.spawnDeadline.
 	ReasonSpawnDeadlineExceeded = "SpawnDeadlineExceeded"
 	ReasonPodFailed             = "PodFailed"

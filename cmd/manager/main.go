@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +38,7 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
 	"github.com/shepherd-dev/shepherd/internal/netguard"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 
 	// The forge and tracker adapters, as the manager registers them.
@@ -45,6 +47,44 @@ import (
 
 // serviceAddress reads a Service of the manager's namespace and returns its cluster IP and the
 // port that targets bind (or is named name), with the names a certificate for it must hold.
+// priceTable is the shipped defaults under the operator's table: the file when one is named,
+// else the ConfigMap's prices.json when it exists. A table that does not parse stops the
+// manager: costs computed from half a table would be wrong without saying so.
+func priceTable(cfg *rest.Config, namespace, configMap, file string) (pricing.Table, error) {
+	if file != "" {
+		t, err := pricing.Load(file)
+		if err != nil {
+			return pricing.Table{}, fmt.Errorf("--price-table: %w", err)
+		}
+		return t, nil
+	}
+	if namespace == "" || configMap == "" {
+		return pricing.Defaults(), nil
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return pricing.Table{}, fmt.Errorf("client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: configMap}, &cm); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return pricing.Defaults(), nil
+		}
+		return pricing.Table{}, fmt.Errorf("read the price table ConfigMap %s/%s: %w", namespace, configMap, err)
+	}
+	raw, ok := cm.Data["prices.json"]
+	if !ok {
+		return pricing.Table{}, fmt.Errorf("the price table ConfigMap %s/%s has no key prices.json", namespace, configMap)
+	}
+	t, err := pricing.Overlay([]byte(raw))
+	if err != nil {
+		return pricing.Table{}, fmt.Errorf("the price table ConfigMap %s/%s: %w", namespace, configMap, err)
+	}
+	return t, nil
+}
+
 func serviceAddress(cfg *rest.Config, namespace, svcName, portName, bind string) (ip string, port int32, dnsNames []string, err error) {
 	if namespace == "" {
 		return "", 0, nil, fmt.Errorf("run in a pod with POD_NAMESPACE set so that Service %s can be found, or set the URL flag", svcName)
@@ -162,6 +202,8 @@ type options struct {
 	dashboardURL     string
 	uiService        string
 	imagePullPolicy  string
+	priceTable       string
+	priceTableCM     string
 
 	kubeAPIQPS    float64
 	kubeAPIBurst  int
@@ -204,6 +246,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.agentImages, "agent-images", "claude-code=shepherd-agent-claude-code:latest,codex=shepherd-agent-codex:latest,opencode=shepherd-agent-opencode:latest,aider=shepherd-agent-aider:latest",
 		"Default image per agent type (type=image, comma-separated), used when neither the session nor the Project names one.")
 	fs.StringVar(&o.imagePullPolicy, "image-pull-policy", "IfNotPresent", "Pull policy of agent and runner containers.")
+	fs.StringVar(&o.priceTable, "price-table", "", "A JSON price table file (docs/cost.md) laid over the shipped defaults: models it names take its prices, USD per million tokens of each kind. Empty: --price-table-configmap.")
+	fs.StringVar(&o.priceTableCM, "price-table-configmap", "shepherd-price-table", "A ConfigMap in $POD_NAMESPACE whose key prices.json is the price table laid over the defaults, read at start; absent (or unreadable): the shipped defaults alone.")
 	// client-go's own defaults (5 QPS, burst 10; controller-runtime raises them to 20/30) throttle
 	// a fan-out of thousands of sessions long before the API server is busy: a session costs a
 	// few writes to reach Working. docs/performance.md measures these settings.
@@ -426,8 +470,14 @@ func run(o options) error {
 	if o.uiAddr == "0" || o.uiAddr == "" {
 		o.dashboardURL = "" // no dashboard to link
 	}
+	prices, err := priceTable(restCfg, os.Getenv("POD_NAMESPACE"), o.priceTableCM, o.priceTable)
+	if err != nil {
+		return err
+	}
+	log.Info("Price table", "date", prices.Date, "models", len(prices.Models))
 	ctx := ctrl.SetupSignalHandler()
 	if _, err := controller.Setup(ctx, mgr, controller.Config{
+		Prices: &prices,
 		Options: controller.Options{
 			DashboardURL: o.dashboardURL, RunnerImage: o.runnerImage, AgentImages: images, RunnerURL: o.runnerURL, ImagePullPolicy: o.imagePullPolicy,
 			ManagerNamespace: os.Getenv("POD_NAMESPACE"), ManagerPodLabels: podLabels, RunnerPort: bindPort(o.runnerAddr),

@@ -473,7 +473,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 			in.Workspace.Message = c.Message
 		}
 	}
-	in.Runner = runnerEvidence(s.report, s.hasReport)
+	in.Runner = runnerEvidence(s.report, s.hasReport, r.Prices)
 	in.Merge = r.merges.get(s.key)
 	// A merged session is not followed any more (the lifecycle holds Merged on its own).
 	if s.forge != nil && s.branch != "" && s.sess.Status.Phase != agentsv1alpha1.PhaseMerged {

@@ -10,6 +10,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 )
 
@@ -78,7 +79,7 @@ func podEvidence(pod *corev1.Pod, nodeLost bool, volumeHeld string) lifecycle.Po
 
 // runnerEvidence turns the merged runner report into evidence. Reports from another pod than
 // the current one still count (the lifecycle compares PodUID).
-func runnerEvidence(r SessionReport, ok bool) lifecycle.RunnerEvidence {
+func runnerEvidence(r SessionReport, ok bool, prices pricing.Table) lifecycle.RunnerEvidence {
 	if !ok || (r.Activity == nil && r.Agent == (SessionReport{}).Agent) {
 		// Nothing from a runner yet (at most the pull request it asked the manager to open):
 		// not a report, or a pod that runs without one would count as reporting.
@@ -107,9 +108,7 @@ func runnerEvidence(r SessionReport, ok bool) lifecycle.RunnerEvidence {
 	if r.Ask != nil {
 		ev.PullRequestAsk = strconv.FormatUint(r.Ask.Seq, 10)
 	}
-	if u := r.Usage; u != nil {
-		ev.Usage = &agentsv1alpha1.UsageStatus{CostUSD: u.CostUSD, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, Turns: u.Turns}
-	}
+	ev.Usage = usageStatus(r.Usage, prices)
 	return ev
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/runnertls"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
 	"github.com/shepherd-dev/shepherd/internal/transcript"
@@ -47,6 +48,8 @@ type Deps struct {
 	Issues *issueWatch
 	// Deliveries collects notification results for the sessions and the Projects' status.
 	Deliveries *deliveryResults
+	// Prices turn metered tokens into dollars (the shipped defaults under the operator's table).
+	Prices pricing.Table
 	// Now is the clock (time.Now in production; tests may inject one).
 	Now func() time.Time
 	// Options are the manager's settings that shape children.

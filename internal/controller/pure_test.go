@@ -15,6 +15,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
@@ -953,8 +954,8 @@ func TestNodeLost(t *testing.T) {
 
 func TestRunnerEvidence(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(runnerEvidence(SessionReport{}, false)).To(Equal(lifecycle.RunnerEvidence{}))
-	g.Expect(runnerEvidence(SessionReport{PullRequest: &runnerapi.PullRequestResult{Number: 4}}, true)).
+	g.Expect(runnerEvidence(SessionReport{}, false, pricing.Defaults())).To(Equal(lifecycle.RunnerEvidence{}))
+	g.Expect(runnerEvidence(SessionReport{PullRequest: &runnerapi.PullRequestResult{Number: 4}}, true, pricing.Defaults())).
 		To(Equal(lifecycle.RunnerEvidence{PullRequestNumber: 4}), "a pull request opened before any report is evidence, not a report")
 	code := int32(1)
 	r := SessionReport{
@@ -963,10 +964,10 @@ func TestRunnerEvidence(t *testing.T) {
 		Agent:    runnerapi.AgentReport{SessionID: "conv"}, Summary: "did things",
 		Usage: &runnerapi.Usage{CostUSD: "0.42", InputTokens: 10, OutputTokens: 20, Turns: 2},
 	}
-	g.Expect(runnerEvidence(r, true)).To(Equal(lifecycle.RunnerEvidence{
+	g.Expect(runnerEvidence(r, true, pricing.Defaults())).To(Equal(lifecycle.RunnerEvidence{
 		Reported: true, PodUID: "uid-2", ReportTime: t0, State: agentsv1alpha1.ActivityExited, LastActivityTime: t0.Add(-time.Minute),
 		ExitCode: &code, Message: "boom", AgentSessionID: "conv", Summary: "did things",
-		Usage: &agentsv1alpha1.UsageStatus{CostUSD: "0.42", InputTokens: 10, OutputTokens: 20, Turns: 2},
+		Usage: &agentsv1alpha1.UsageStatus{CostUSD: "0.42", InputTokens: 10, OutputTokens: 20, Turns: 2, Source: agentsv1alpha1.UsageFromAgent},
 	}))
 }
 

@@ -109,7 +109,7 @@ func (b *RunnerBackend) Task(ctx context.Context, s runnerapi.Session) (*runnera
 		t.LastActivity = a.State
 	}
 	if u := sess.Status.Usage; u != nil {
-		t.Usage = runnerapi.Usage{CostUSD: u.CostUSD, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens, Turns: u.Turns}
+		t.Usage = taskUsage(u)
 	}
 	if pr := sess.Status.PullRequest; pr != nil {
 		t.PullRequest = &runnerapi.PullRequestResult{Number: pr.Number, URL: pr.URL}

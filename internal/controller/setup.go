@@ -26,6 +26,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/notify"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/runnertls"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 	"github.com/shepherd-dev/shepherd/internal/transcript"
@@ -48,6 +49,8 @@ type Config struct {
 	RunnerTLSNames []string
 	// Now is the clock (tests).
 	Now func() time.Time
+	// Prices is the price table (pricing.Load of --price-table); nil uses the shipped defaults.
+	Prices *pricing.Table
 	// PollerOptions tune the forge polling (tests compress time with them). Their Clock, when
 	// set, is the forge adapters' and pollers' clock (the Hub's).
 	PollerOptions scm.PollerOptions
@@ -163,10 +166,14 @@ func newDeps(mgr ctrl.Manager, cfg Config, wake func(types.NamespacedName), proj
 			send(projectEvents, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
 		}),
 		Transcripts: &transcript.Store{},
+		Prices:      pricing.Defaults(),
 		Now:         cfg.Now,
 		Options:     cfg.Options,
 		Metrics:     m,
 		SCMMetrics:  scmMetrics,
+	}
+	if cfg.Prices != nil {
+		deps.Prices = *cfg.Prices
 	}
 	var gitTransport http.RoundTripper // nil: the git proxy's default
 	if g := cfg.Outbound; g != nil {

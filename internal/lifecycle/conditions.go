@@ -2,6 +2,8 @@ package lifecycle
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shepherd-dev/shepherd/internal/clip"
@@ -59,6 +61,24 @@ func (e *eval) conditions(d Decision) []metav1.Condition {
 	set(agentsv1alpha1.ConditionReviewApproved, s, r, m)
 	s, r, m = e.mergeableCondition()
 	set(agentsv1alpha1.ConditionMergeable, s, r, m)
+	// Only a metered session's cost can be known whole; an agent's own report is its word.
+	if u := d.Usage; u != nil && u.Source == agentsv1alpha1.UsageFromProxy {
+		if missing := UnpricedModels(u); len(missing) > 0 {
+			set(agentsv1alpha1.ConditionCostKnown, metav1.ConditionFalse, agentsv1alpha1.ReasonPriceUnknown,
+				fmt.Sprintf("No price for %s: the tokens are counted, their cost is not in costUSD; add the model to the price table (docs/cost.md)", strings.Join(missing, ", ")))
+		} else {
+			set(agentsv1alpha1.ConditionCostKnown, metav1.ConditionTrue, agentsv1alpha1.ReasonPriced, "Cost at the prices of the table of "+u.PriceTable)
+		}
+		if a := u.Agent; a != nil && (a.OutputTokens > 0 || u.OutputTokens > 0) {
+			msg := fmt.Sprintf("output tokens: the agent's CLI reported %d, the model proxy counted %d", a.OutputTokens, u.OutputTokens)
+			if UsageAgrees(a.OutputTokens, u.OutputTokens) {
+				set(agentsv1alpha1.ConditionUsageConsistent, metav1.ConditionTrue, agentsv1alpha1.ReasonUsageAgrees, msg)
+			} else {
+				set(agentsv1alpha1.ConditionUsageConsistent, metav1.ConditionFalse, agentsv1alpha1.ReasonUsageMismatch,
+					msg+", more than 5% apart; the proxy's count stands (it sees every request)")
+			}
+		}
+	}
 
 	attention, aReason, aMsg := stalled, stalledReason, stalledMsg
 	if !attention && e.phase == agentsv1alpha1.PhaseMergeable && e.s.reaction(agentsv1alpha1.TriggerApprovedAndGreen).Action != agentsv1alpha1.ReactionMerge {
@@ -290,4 +310,30 @@ func (e *eval) mergeableCondition() (metav1.ConditionStatus, string, string) {
 		return metav1.ConditionUnknown, agentsv1alpha1.ReasonChecksPending, "Checks are running on " + p.ref()
 	}
 	return metav1.ConditionUnknown, agentsv1alpha1.ReasonMergeStateUnknown, "The forge has not said whether " + p.ref() + " can merge"
+}
+
+// UnpricedModels lists the models of a metered usage that used tokens and have no cost (the
+// price table had no price), each with its tokens: "my-model (1200 tokens)".
+func UnpricedModels(u *agentsv1alpha1.UsageStatus) []string {
+	if u == nil || u.Source != agentsv1alpha1.UsageFromProxy {
+		return nil
+	}
+	var out []string
+	for _, m := range u.Models {
+		if n := m.InputTokens + m.OutputTokens + m.CacheReadTokens + m.CacheWriteTokens; m.CostUSD == "" && n != 0 {
+			out = append(out, m.Model+" ("+strconv.FormatInt(n, 10)+" tokens)")
+		}
+	}
+	return out
+}
+
+// UsageAgrees reports whether the CLI's count agrees with the proxy's: within 5% of the proxy's,
+// or 100 tokens, whichever is larger. Output tokens are compared: every API and CLI counts them
+// the same way, while input is split differently around the prompt cache.
+func UsageAgrees(cli, proxy int64) bool {
+	diff := cli - proxy
+	if diff < 0 {
+		diff = -diff
+	}
+	return diff <= max(100, proxy/20)
 }

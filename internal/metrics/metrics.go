@@ -147,10 +147,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "shepherd_notifications_total", Help: "Notification deliveries by destination type (webhook, slack) and outcome (delivered, failed).",
 		}, []string{"type", "outcome"}),
 		AgentCost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shepherd_agent_cost_usd_total", Help: "Agent spend in US dollars, from the agents' own output, by agent type and model.",
+			Name: "shepherd_agent_cost_usd_total", Help: "Agent spend in US dollars, by agent type and model: the model proxy's count at the price table's prices where there is a proxy, else the agents' own output.",
 		}, []string{"agent", "model"}),
 		AgentTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "shepherd_agent_tokens_total", Help: "Agent tokens, from the agents' own output, by agent type, model and kind (input, output, cache_read).",
+			Name: "shepherd_agent_tokens_total", Help: "Agent tokens by agent type, model and kind (input, output, cache_read, cache_write): the model proxy's count where there is a proxy, else the agents' own output.",
 		}, []string{"agent", "model", "kind"}),
 		RunnerReports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shepherd_runner_reports_total", Help: "Runner reports received on the channel, by outcome (accepted, out_of_order, invalid, unauthorized, error).",
@@ -254,7 +254,41 @@ func (m *Metrics) ObserveSessionWrite(w SessionWrite) {
 		}
 		m.TimeToMerge.Observe(since(w.Created, at))
 	}
+	if a.Usage != nil && a.Usage.Source == agentsv1alpha1.UsageFromProxy && len(a.Usage.Models) > 0 {
+		m.observeModels(string(a.Agent.Type), w.ConfiguredModel, b.Usage, a.Usage)
+		return
+	}
 	m.observeUsage(string(a.Agent.Type), modelLabel(w.ConfiguredModel, a.Agent.Model), b.Usage, a.Usage)
+}
+
+// observeModels adds a metered session's spend model by model (the proxy's split), each model
+// labelled as modelLabel bounds it. A model whose cost is unknown adds tokens only.
+func (m *Metrics) observeModels(agent, configured string, before, after *agentsv1alpha1.UsageStatus) {
+	prev := map[string]agentsv1alpha1.ModelUsageStatus{}
+	if before != nil && before.Source == agentsv1alpha1.UsageFromProxy {
+		for _, x := range before.Models {
+			prev[x.Model] = x
+		}
+	}
+	for _, x := range after.Models {
+		p := prev[x.Model]
+		label := modelLabel(configured, x.Model)
+		if d := parseUSD(x.CostUSD) - parseUSD(p.CostUSD); d > 0 {
+			m.AgentCost.WithLabelValues(agent, label).Add(d)
+		}
+		m.addTokens(agent, label, x.InputTokens-p.InputTokens, x.OutputTokens-p.OutputTokens, x.CacheReadTokens-p.CacheReadTokens, x.CacheWriteTokens-p.CacheWriteTokens)
+	}
+}
+
+func (m *Metrics) addTokens(agent, model string, input, output, cacheRead, cacheWrite int64) {
+	for _, k := range []struct {
+		kind string
+		d    int64
+	}{{"input", input}, {"output", output}, {"cache_read", cacheRead}, {"cache_write", cacheWrite}} {
+		if k.d > 0 {
+			m.AgentTokens.WithLabelValues(agent, model, k.kind).Add(float64(k.d))
+		}
+	}
 }
 
 // observeUsage adds the spend between two usage snapshots. A snapshot that went down (an agent
@@ -270,18 +304,7 @@ func (m *Metrics) observeUsage(a, model string, before, after *agentsv1alpha1.Us
 	if d := parseUSD(after.CostUSD) - parseUSD(prev.CostUSD); d > 0 {
 		m.AgentCost.WithLabelValues(a, model).Add(d)
 	}
-	for _, k := range []struct {
-		kind string
-		d    int64
-	}{
-		{"input", after.InputTokens - prev.InputTokens},
-		{"output", after.OutputTokens - prev.OutputTokens},
-		{"cache_read", after.CacheReadTokens - prev.CacheReadTokens},
-	} {
-		if k.d > 0 {
-			m.AgentTokens.WithLabelValues(a, model, k.kind).Add(float64(k.d))
-		}
-	}
+	m.addTokens(a, model, after.InputTokens-prev.InputTokens, after.OutputTokens-prev.OutputTokens, after.CacheReadTokens-prev.CacheReadTokens, after.CacheWriteTokens-prev.CacheWriteTokens)
 }
 
 // SetSessions sets one Project's sessions gauge from its counts by phase.

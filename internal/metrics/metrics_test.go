@@ -289,3 +289,22 @@ func TestTransitionsStartAtZero(t *testing.T) {
 		}
 	}
 }
+
+// TestMeteredSpendByModel: a metered session's spend is added model by model, from the proxy's
+// split, with the model label bounded as for reported usage.
+func TestMeteredSpendByModel(t *testing.T) {
+	g := NewWithT(t)
+	m, err := New(nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	before := &agentsv1alpha1.UsageStatus{Source: agentsv1alpha1.UsageFromProxy, Models: []agentsv1alpha1.ModelUsageStatus{
+		{Model: "claude-sonnet-4-5-20250929", InputTokens: 100, CostUSD: "1"}}}
+	after := &agentsv1alpha1.UsageStatus{Source: agentsv1alpha1.UsageFromProxy, Models: []agentsv1alpha1.ModelUsageStatus{
+		{Model: "claude-sonnet-4-5-20250929", InputTokens: 300, CacheWriteTokens: 50, CostUSD: "1.5"},
+		{Model: "my-llama", OutputTokens: 7}}}
+	a := agentsv1alpha1.AgentSessionStatus{Agent: agentsv1alpha1.AgentStatus{Type: "claude-code"}, Usage: after}
+	m.ObserveSessionWrite(SessionWrite{Before: &agentsv1alpha1.AgentSessionStatus{Usage: before}, After: &a, ConfiguredModel: "claude-sonnet-4-5"})
+	g.Expect(testutil.ToFloat64(m.AgentCost.WithLabelValues("claude-code", "claude-sonnet-4-5"))).To(BeNumerically("~", 0.5, 1e-9))
+	g.Expect(testutil.ToFloat64(m.AgentTokens.WithLabelValues("claude-code", "claude-sonnet-4-5", "input"))).To(Equal(200.0))
+	g.Expect(testutil.ToFloat64(m.AgentTokens.WithLabelValues("claude-code", "claude-sonnet-4-5", "cache_write"))).To(Equal(50.0))
+	g.Expect(testutil.ToFloat64(m.AgentTokens.WithLabelValues("claude-code", ModelOther, "output"))).To(Equal(7.0))
+}

@@ -152,12 +152,17 @@ func defaultTransport() *http.Transport {
 	}
 }
 
-// Usage returns the session's totals so far.
-func (p *Proxy) Usage() Usage { return p.ledger.usage() }
-
 // Exhausted says whether the budget is used up and, if so, the message refused requests get,
 // naming the limit ("Shepherd: this session's model budget is used up (maxRequests 50)").
 func (p *Proxy) Exhausted() (bool, string) { return p.ledger.exhausted() }
+
+// Carry adds the usage of the session's earlier pods or runner processes (the manager's last
+// word, in the task) to a proxy that has forwarded nothing yet, so that its totals, and the
+// budget, continue from them. It refuses once a request went through: the counts would mix.
+func (p *Proxy) Carry(prior Usage) error { return p.ledger.carry(prior) }
+
+// Usage returns the session's totals so far.
+func (p *Proxy) Usage() Usage { return p.ledger.usage() }
 
 // Serve answers on l until ctx ends, with the limits a hostile local client calls for. The
 // listener should be loopback: whoever reaches it spends the key.

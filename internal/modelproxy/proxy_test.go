@@ -717,3 +717,26 @@ func TestNewRefusesBadConfigs(t *testing.T) {
 		})
 	}
 }
+
+// TestCarryContinuesTheTotals: a runner's proxy takes over the totals its session's earlier pods
+// reported before it forwards anything, and the budget counts them; once a request went through
+// it refuses (the counts would mix).
+func TestCarryContinuesTheTotals(t *testing.T) {
+	g := NewWithT(t)
+	ms := startUpstream(t, modelserver.Script{{Text: "ok", Repeat: true}})
+	cfg := config(t, anthropic, ms.URL())
+	cfg.Limits.MaxRequests = 3
+	p, base := startProxy(t, cfg)
+	g.Expect(p.Carry(modelproxy.Usage{Requests: -1})).To(MatchError(ContainSubstring("negative")))
+	prior := modelproxy.Usage{Requests: 2, InputTokens: 100, OutputTokens: 10,
+		ByModel: map[string]modelproxy.ModelUsage{"claude-sonnet-4-5": {Requests: 2, InputTokens: 100, OutputTokens: 10}}}
+	g.Expect(p.Carry(prior)).To(Succeed())
+	g.Expect(p.Usage().ByModel).To(HaveKeyWithValue("claude-sonnet-4-5", HaveField("Requests", int64(2))))
+	resp, _ := send(t, anthropic, http.MethodPost, base+"/v1/messages", messagesBody)
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	g.Eventually(func() int64 { return p.Usage().Requests }).Should(Equal(int64(3)))
+	g.Expect(p.Usage().InputTokens).To(BeNumerically(">", 100))
+	resp, _ = send(t, anthropic, http.MethodPost, base+"/v1/messages", messagesBody)
+	g.Expect(resp.StatusCode).To(Equal(http.StatusForbidden), "the carried requests count against maxRequests")
+	g.Expect(p.Carry(prior)).To(MatchError(ContainSubstring("before the first request")))
+}

@@ -147,6 +147,19 @@ func newLedger(limits Limits, initial Usage, onUsage func(Usage)) *ledger {
 	return &ledger{limits: limits, onUsage: onUsage, u: u}
 }
 
+func (l *ledger) carry(prior Usage) error {
+	if prior.Requests < 0 || prior.InputTokens < 0 || prior.OutputTokens < 0 || prior.CacheReadTokens < 0 || prior.CacheWriteTokens < 0 {
+		return fmt.Errorf("carried usage has a negative count: %+v", prior)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.u.Requests != 0 {
+		return fmt.Errorf("usage can only be carried before the first request (%d forwarded)", l.u.Requests)
+	}
+	l.u = newLedger(l.limits, prior, nil).u
+	return nil
+}
+
 func (l *ledger) usage() Usage {
 	l.mu.Lock()
 	defer l.mu.Unlock()

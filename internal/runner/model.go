@@ -44,7 +44,7 @@ func DefaultModelURL(api agentsv1alpha1.ModelAPIKind) string {
 	return "https://api.anthropic.com"
 }
 
-func (m *ModelConfig) proxy() (*modelproxy.Proxy, error) {
+func (m *ModelConfig) proxy(onUsage func(modelproxy.Usage)) (*modelproxy.Proxy, error) {
 	raw := m.Upstream
 	if raw == "" {
 		raw = DefaultModelURL(m.API)
@@ -57,7 +57,7 @@ func (m *ModelConfig) proxy() (*modelproxy.Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := modelproxy.Config{Kind: m.API, Upstream: u, Transport: tr, Limits: m.Limits}
+	cfg := modelproxy.Config{Kind: m.API, Upstream: u, Transport: tr, Limits: m.Limits, OnUsage: onUsage}
 	if m.KeyFile != "" {
 		file := m.KeyFile
 		cfg.Key = func() (string, error) {

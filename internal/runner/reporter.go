@@ -14,6 +14,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/modelproxy"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 )
 
@@ -34,6 +35,7 @@ type reporter struct {
 	usage        agent.Usage
 	turns        int32
 	workspace    *runnerapi.WorkspaceReport
+	metered      *runnerapi.Metered
 	push         *runnerapi.PushReport
 	queue        []runnerapi.Report
 	dirty        bool
@@ -69,6 +71,7 @@ func (r *reporter) snapshot(withActivity bool) runnerapi.Report {
 	if r.usage.CostUSD > 0 {
 		u.CostUSD = strconv.FormatFloat(r.usage.CostUSD, 'f', 6, 64)
 	}
+	u.Metered = r.metered
 	rep.Usage = &u
 	rep.Workspace, rep.Push = r.workspace, r.push
 	return rep
@@ -112,6 +115,12 @@ func (r *reporter) update(f func()) {
 	f()
 	r.dirty = true
 	r.signal()
+}
+
+// setMetered records the model proxy's totals; they go out with the next report.
+func (r *reporter) setMetered(u modelproxy.Usage) {
+	m := toMetered(u)
+	r.update(func() { r.metered = m })
 }
 
 func (r *reporter) state() agentsv1alpha1.ActivityState {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shepherd-dev/shepherd/internal/clip"
@@ -173,8 +174,14 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		return 1, err
 	}
 	var model *modelproxy.Proxy
+	// The proxy counts from the start; its counts reach the manager once the reporter exists.
+	var meterTo atomic.Pointer[reporter]
 	if cfg.Model != nil {
-		if model, err = cfg.Model.proxy(); err != nil {
+		if model, err = cfg.Model.proxy(func(u modelproxy.Usage) {
+			if rep := meterTo.Load(); rep != nil {
+				rep.setMetered(u)
+			}
+		}); err != nil {
 			return 1, err
 		}
 		local.Model = model
@@ -208,6 +215,17 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		return 1, err
 	}
 	r.rep = newReporter(client, r.task, cfg.Debounce, cfg.Heartbeat, cfg.Stderr)
+	if model != nil {
+		// Totals continue from the session's earlier pods (the manager's last word), so that a
+		// new pod or a restarted runner neither loses nor counts twice what was reported.
+		if m := r.task.Usage.Metered; m != nil {
+			if err := model.Carry(fromMetered(*m)); err != nil {
+				fmt.Fprintf(cfg.Stderr, "shepherd-runner: the model usage carried over was refused: %v\n", err)
+			}
+		}
+		meterTo.Store(r.rep)
+		r.rep.setMetered(model.Usage())
+	}
 	r.tr = newTranscriber(client, cfg.StateDir, cfg.Stdout, cfg.Stderr)
 	repCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
 	repDone := make(chan struct{}, 2)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/modelproxy"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 )
 
 // conversationTotals remembers the running totals a CLI last reported for each conversation,
@@ -50,4 +52,32 @@ func (c conversationTotals) share(id string, total agent.Usage) (agent.Usage, er
 		return d, err
 	}
 	return d, os.Rename(tmp, c.path)
+}
+
+// toMetered copies the model proxy's totals into the report's shape.
+func toMetered(u modelproxy.Usage) *runnerapi.Metered {
+	m := &runnerapi.Metered{Requests: u.Requests, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens, Unmetered: u.Unmetered}
+	if len(u.ByModel) > 0 {
+		m.ByModel = make(map[string]runnerapi.MeteredModel, len(u.ByModel))
+		for name, x := range u.ByModel {
+			m.ByModel[name] = runnerapi.MeteredModel{Requests: x.Requests, InputTokens: x.InputTokens, OutputTokens: x.OutputTokens,
+				CacheReadTokens: x.CacheReadTokens, CacheWriteTokens: x.CacheWriteTokens}
+		}
+	}
+	return m
+}
+
+// fromMetered is toMetered's inverse, for the usage a task carries over.
+func fromMetered(m runnerapi.Metered) modelproxy.Usage {
+	u := modelproxy.Usage{Requests: m.Requests, InputTokens: m.InputTokens, OutputTokens: m.OutputTokens,
+		CacheReadTokens: m.CacheReadTokens, CacheWriteTokens: m.CacheWriteTokens, Unmetered: m.Unmetered}
+	if len(m.ByModel) > 0 {
+		u.ByModel = make(map[string]modelproxy.ModelUsage, len(m.ByModel))
+		for name, x := range m.ByModel {
+			u.ByModel[name] = modelproxy.ModelUsage{Requests: x.Requests, InputTokens: x.InputTokens, OutputTokens: x.OutputTokens,
+				CacheReadTokens: x.CacheReadTokens, CacheWriteTokens: x.CacheWriteTokens}
+		}
+	}
+	return u
 }

@@ -154,13 +154,38 @@ type AgentReport struct {
 	Model     string `json:"model,omitempty"`
 }
 
-// Usage mirrors api UsageStatus.
+// Usage mirrors api UsageStatus: what the agent's CLI reported (cost and tokens), its turns, and
+// what the runner's model proxy counted (Metered), which is authoritative.
 type Usage struct {
 	CostUSD         string `json:"costUSD,omitempty"`
 	InputTokens     int64  `json:"inputTokens,omitempty"`
 	OutputTokens    int64  `json:"outputTokens,omitempty"`
 	CacheReadTokens int64  `json:"cacheReadTokens,omitempty"`
 	Turns           int32  `json:"turns,omitempty"`
+	// Metered is the model proxy's count of the session, totals since it began; nil when the
+	// Project has no model proxy.
+	Metered *Metered `json:"metered,omitempty"`
+}
+
+// Metered is the model proxy's count (modelproxy.Usage, the same JSON): disjoint token counts,
+// requests, answers whose usage never arrived, and the split by model.
+type Metered struct {
+	Requests         int64                   `json:"requests,omitempty"`
+	InputTokens      int64                   `json:"inputTokens,omitempty"`
+	OutputTokens     int64                   `json:"outputTokens,omitempty"`
+	CacheReadTokens  int64                   `json:"cacheReadTokens,omitempty"`
+	CacheWriteTokens int64                   `json:"cacheWriteTokens,omitempty"`
+	Unmetered        int64                   `json:"unmetered,omitempty"`
+	ByModel          map[string]MeteredModel `json:"byModel,omitempty"`
+}
+
+// MeteredModel is one model's share of Metered.
+type MeteredModel struct {
+	Requests         int64 `json:"requests,omitempty"`
+	InputTokens      int64 `json:"inputTokens,omitempty"`
+	OutputTokens     int64 `json:"outputTokens,omitempty"`
+	CacheReadTokens  int64 `json:"cacheReadTokens,omitempty"`
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
 }
 
 // WorkspaceReport mirrors the facts of api WorktreeStatus.
