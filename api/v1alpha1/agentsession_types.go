@@ -420,6 +420,12 @@ type UsageStatus struct {
 	// Agent is what the agent's CLI reported of itself, kept beside the proxy's count (Proxy).
 	// +optional
 	Agent *AgentUsageStatus `json:"agent,omitempty"`
+	// Day and Month are what the session spent (Proxy) in the current calendar day and month of
+	// its Project's budget time zone: the Project's spend sums them.
+	// +optional
+	Day *SpendWindow `json:"day,omitempty"`
+	// +optional
+	Month *SpendWindow `json:"month,omitempty"`
 }
 
 // UsageSource says who counted a session's usage.

@@ -38,6 +38,9 @@ const (
 	// price, so status.usage.costUSD is its whole cost. False names the models without one:
 	// their tokens are counted, their cost never guessed.
 	ConditionCostKnown = "CostKnown"
+	// ConditionBudgetAvailable (Project, with spec.budget): spend is under every cap of the
+	// current day and month. False (BudgetExhausted) names the cap and when the window resets.
+	ConditionBudgetAvailable = "BudgetAvailable"
 	// ConditionUsageConsistent (AgentSession, with a model proxy): the agent CLI's own count of
 	// output tokens agrees with the proxy's within the tolerance (5%, and at least 100 tokens).
 	// False says the CLI misreports (or the proxy missed requests); the proxy's count stands.
@@ -115,6 +118,12 @@ const (
 // reason is named after the phase.
 const (
 	ReasonQueued           = "Queued"
+	// ReasonBudgetExhausted: the Project's budget for the current day or month is spent; the
+	// session waits Queued and resumes on its own when the window resets (AgentSession), or the
+	// Project says so (BudgetAvailable=False).
+	ReasonBudgetExhausted = "BudgetExhausted"
+	// ReasonWithinBudget: spend is under every cap (BudgetAvailable=True).
+	ReasonWithinBudget = "WithinBudget"
 	ReasonAdmitted         = "Admitted"
 	ReasonWorkspacePending = "WorkspacePending"
 	ReasonWorktreeNotFound = "WorktreeNotFound"

@@ -79,7 +79,68 @@ type ProjectSpec struct {
 	// comments count is trustedAuthors' say (list a code-review bot's login there).
 	// +optional
 	Feedback *FeedbackSpec `json:"feedback,omitempty"`
+
+	// Budget caps what the Project's sessions may spend per day and per month (docs/cost.md).
+	// Spend is what the model proxy metered at the price table's prices: sessions without a
+	// model proxy are not counted.
+	// +optional
+	Budget *BudgetSpec `json:"budget,omitempty"`
 }
+
+// BudgetExhaustedPolicy says what running sessions do when the budget is spent.
+// +kubebuilder:validation:Enum=FinishTurn;Continue
+type BudgetExhaustedPolicy string
+
+const (
+	// BudgetFinishTurn: a running session finishes its agent's current turn, then waits Queued
+	// (BudgetExhausted) until the window resets; its conversation is kept and resumed.
+	BudgetFinishTurn BudgetExhaustedPolicy = "FinishTurn"
+	// BudgetContinue: running sessions go on; only new sessions wait.
+	BudgetContinue BudgetExhaustedPolicy = "Continue"
+)
+
+// BudgetSpec caps a Project's spend.
+// +kubebuilder:validation:XValidation:rule="has(self.dailyUSD) || has(self.monthlyUSD) || has(self.dailyTokens) || has(self.monthlyTokens)",message="a budget needs at least one cap: dailyUSD, monthlyUSD, dailyTokens or monthlyTokens"
+type BudgetSpec struct {
+	// DailyUSD caps the spend of each calendar day in timeZone, in US dollars ("50", "12.5").
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	DailyUSD string `json:"dailyUSD,omitempty"`
+	// MonthlyUSD caps the spend of each calendar month in timeZone, in US dollars.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	MonthlyUSD string `json:"monthlyUSD,omitempty"`
+	// DailyTokens caps the tokens of each day (input, output, cache reads and writes), for
+	// providers billed by the token or models without a price.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	DailyTokens *int64 `json:"dailyTokens,omitempty"`
+	// MonthlyTokens caps the tokens of each month.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MonthlyTokens *int64 `json:"monthlyTokens,omitempty"`
+	// TimeZone the days and months are counted in, an IANA name ("Europe/Berlin"). Default UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:default=UTC
+	TimeZone string `json:"timeZone,omitempty"`
+	// OnExhausted says what running sessions do at the cap: FinishTurn (default) or Continue.
+	// New sessions wait Queued (BudgetExhausted) either way, and resume when the window resets.
+	// +optional
+	// +kubebuilder:default=FinishTurn
+	OnExhausted BudgetExhaustedPolicy `json:"onExhausted,omitempty"`
+	// NotifyAtPercent sends one action-priority notification per window when spend reaches this
+	// share of a cap. Default 80.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	NotifyAtPercent *int32 `json:"notifyAtPercent,omitempty"`
+}
+
+// DefaultBudgetNotifyPercent is NotifyAtPercent's default.
+const DefaultBudgetNotifyPercent = 80
 
 // DefaultMaxCommentBytes bounds each forwarded comment when a Project sets no
 // feedback.maxCommentBytes.
@@ -884,6 +945,56 @@ type ProjectStatus struct {
 	// spec.scm.webhookSecretRef is.
 	// +optional
 	Webhook *WebhookStatus `json:"webhook,omitempty"`
+
+	// Spend is what the Project's sessions spent in the current day and month (metered by the
+	// model proxy), in spec.budget.timeZone (UTC without a budget).
+	// +optional
+	Spend *SpendStatus `json:"spend,omitempty"`
+}
+
+// SpendStatus is a Project's spend in its current windows.
+type SpendStatus struct {
+	// Day is the current calendar day's spend.
+	// +optional
+	Day SpendWindow `json:"day,omitempty"`
+	// Month is the current calendar month's spend.
+	// +optional
+	Month SpendWindow `json:"month,omitempty"`
+}
+
+// SpendWindow is the spend of one day or month.
+type SpendWindow struct {
+	// Start names the window: a date ("2026-12-06") or a month ("2026-12").
+	// +optional
+	// +kubebuilder:validation:MaxLength=10
+	Start string `json:"start,omitempty"`
+	// CostUSD spent in the window.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	CostUSD string `json:"costUSD,omitempty"`
+	// Tokens used in the window.
+	// +optional
+	Tokens int64 `json:"tokens,omitempty"`
+	// ByAgent splits the window's spend by agent type.
+	// +optional
+	// +listType=map
+	// +listMapKey=agent
+	// +kubebuilder:validation:MaxItems=16
+	ByAgent []AgentSpend `json:"byAgent,omitempty"`
+}
+
+// AgentSpend is one agent type's share of a window.
+type AgentSpend struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Agent string `json:"agent"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	CostUSD string `json:"costUSD,omitempty"`
+	// +optional
+	Tokens int64 `json:"tokens,omitempty"`
 }
 
 // WebhookStatus locates a Project's webhook receiver.

@@ -474,6 +474,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		}
 	}
 	in.Runner = runnerEvidence(s.report, s.hasReport, r.Prices)
+	in.Spec.Budget = budgetEvidence(s.project, r.now())
 	in.Merge = r.merges.get(s.key)
 	// A merged session is not followed any more (the lifecycle holds Merged on its own).
 	if s.forge != nil && s.branch != "" && s.sess.Status.Phase != agentsv1alpha1.PhaseMerged {
@@ -537,8 +538,10 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// queued sessions look again.
 		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(r.queuedSessions), builder.WithPredicates(sessionPhaseChanged())).
 		Watches(&agentsv1alpha1.Worktree{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForWorktree), builder.WithPredicates(worktreePhaseChanged())).
-		// A Project's status changes with every session it counts; only its spec matters here.
-		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForProject), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A Project's status changes with every session it counts; only its spec matters here, and
+		// its budget running out or coming back (its sessions wait, or resume).
+		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForProject),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, budgetChanged()))).
 		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
 		Named("agentsession").
 		Complete(r)

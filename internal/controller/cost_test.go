@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	. "github.com/onsi/gomega/gstruct"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,3 +87,98 @@ var _ = Describe("Cost accounting", Serial, func() {
 		Expect(t.Turns).To(Equal(int32(2)))
 	})
 })
+
+// otherDayZone is a time zone whose date differs from UTC's now: a Project switched to it is in
+// another day, as it would be after midnight (UTC+14 from 10:00 UTC, UTC-12 before noon).
+func otherDayZone() string {
+	now := time.Now().UTC()
+	for _, z := range []string{"Etc/GMT-14", "Etc/GMT+12"} {
+		loc, err := time.LoadLocation(z)
+		Expect(err).NotTo(HaveOccurred())
+		if now.In(loc).Format("2006-01-02") != now.Format("2006-01-02") {
+			return z
+		}
+	}
+	Fail("no zone in another day")
+	return ""
+}
+
+var _ = Describe("A daily budget", Serial, func() {
+	It("queues new sessions at the cap, lets a running agent finish its turn then waits, and resumes both in the next day", func() {
+		w := newWorld()
+		create(shortActivity(w.project()).With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.Budget = &agentsv1alpha1.BudgetSpec{DailyUSD: "5"}
+		}).Obj())
+		Eventually(func() *metav1.Condition {
+			return meta.FindStatusCondition(projectStatus(w.ns, "widgets")().Conditions, agentsv1alpha1.ConditionBudgetAvailable)
+		}).Should(PointTo(HaveField("Status", metav1.ConditionTrue)))
+		a := w.agent("spender")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Spend").Obj())
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+		firstPod := a.pod()
+
+		By("the agent spends $5.1375 in the middle of its turn: the Project's budget is spent")
+		m := runnerapi.Metered{Requests: 3, InputTokens: 1_000_000, OutputTokens: 100_000, CacheReadTokens: 2_000_000, CacheWriteTokens: 10_000,
+			ByModel: map[string]runnerapi.MeteredModel{"claude-sonnet-4-5": {Requests: 3, InputTokens: 1_000_000, OutputTokens: 100_000, CacheReadTokens: 2_000_000, CacheWriteTokens: 10_000}}}
+		a.report(agentsv1alpha1.ActivityActive, metered(m, runnerapi.Usage{Turns: 0}))
+		today := time.Now().UTC().Format("2006-01-02")
+		Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Usage.Day", PointTo(And(HaveField("Start", today), HaveField("CostUSD", "5.1375")))))
+		Eventually(func() *agentsv1alpha1.SpendStatus { return projectStatus(w.ns, "widgets")().Spend }).Should(PointTo(And(
+			HaveField("Day.Start", today), HaveField("Day.CostUSD", "5.1375"),
+			HaveField("Day.ByAgent", ConsistOf(And(HaveField("Agent", "claude-code"), HaveField("CostUSD", "5.1375")))),
+			HaveField("Month.CostUSD", "5.1375"))))
+		Eventually(func() *metav1.Condition {
+			return meta.FindStatusCondition(projectStatus(w.ns, "widgets")().Conditions, agentsv1alpha1.ConditionBudgetAvailable)
+		}).Should(PointTo(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", agentsv1alpha1.ReasonBudgetExhausted),
+			HaveField("Message", ContainSubstring("the daily budget of $5 is spent ($5.1375 on "+today+")")))))
+		Consistently(sessionPhase(w.ns, a.name), "2s").Should(Equal(agentsv1alpha1.PhaseWorking), "a turn is never cut")
+
+		By("a new session waits, without a pod")
+		b := w.agent("later")
+		create(MakeSession(b.name, w.ns, "widgets").Prompt("Wait for it").Obj())
+		Eventually(readyReason(w.ns, b.name)).Should(Equal(agentsv1alpha1.ReasonBudgetExhausted))
+		Expect(sessionPhase(w.ns, b.name)()).To(Equal(agentsv1alpha1.PhaseQueued))
+		Consistently(podExists(w.ns, b.podName()), "2s").Should(BeFalse())
+
+		By("the running agent ends its turn: it waits too, its pod goes, its conversation stays")
+		a.report(agentsv1alpha1.ActivityReady, metered(m, runnerapi.Usage{Turns: 1}))
+		Eventually(readyReason(w.ns, a.name)).Should(Equal(agentsv1alpha1.ReasonBudgetExhausted))
+		Expect(sessionPhase(w.ns, a.name)()).To(Equal(agentsv1alpha1.PhaseQueued))
+		Expect(findCond(a.status().Conditions, agentsv1alpha1.ConditionReady).Message).To(ContainSubstring("resumes at"))
+		Eventually(func() types.UID {
+			p := &corev1.Pod{}
+			_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(firstPod), p)
+			return p.UID
+		}).ShouldNot(Equal(firstPod.UID))
+
+		By("the next day (the Project's zone moved past midnight): both resume on their own")
+		update(projectObj(w.ns, "widgets"), func(p *agentsv1alpha1.Project) { p.Spec.Budget.TimeZone = otherDayZone() })
+		Eventually(func() *metav1.Condition {
+			return meta.FindStatusCondition(projectStatus(w.ns, "widgets")().Conditions, agentsv1alpha1.ConditionBudgetAvailable)
+		}).Should(PointTo(HaveField("Status", metav1.ConditionTrue)))
+		Eventually(podExists(w.ns, b.podName())).Should(BeTrue())
+		Eventually(podExists(w.ns, a.podName())).Should(BeTrue())
+		a.start()
+		Expect(a.runner.task.Usage.Metered).NotTo(BeNil())
+		Expect(a.runner.task.Usage.Metered.Requests).To(Equal(int64(3)), "the conversation's usage carries on")
+		a.report(agentsv1alpha1.ActivityActive, metered(m, runnerapi.Usage{Turns: 1}))
+		a.expect(agentsv1alpha1.PhaseWorking)
+	})
+})
+
+func projectObj(ns, name string) *agentsv1alpha1.Project {
+	return &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+}
+
+// projectStatus returns a function that reads a Project's status, for Eventually.
+func projectStatus(ns, name string) func() agentsv1alpha1.ProjectStatus {
+	return func() agentsv1alpha1.ProjectStatus {
+		p := projectObj(ns, name)
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return agentsv1alpha1.ProjectStatus{}
+		}
+		return p.Status
+	}
+}

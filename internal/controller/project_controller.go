@@ -75,6 +75,10 @@ type projectScope struct {
 	// whether the mirror was fetched.
 	worktrees []agentsv1alpha1.Worktree
 	counts    agentsv1alpha1.SessionCounts
+	// sessionsRead: sessions were listed this time (spend is summed from them).
+	sessionsRead bool
+	// now is the reconcile's clock reading.
+	now time.Time
 	forge     *forge
 	credErr   error
 	checked   bool
@@ -104,19 +108,28 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		return ctrl.Result{}, nil
 	}
 	orig := p.DeepCopy()
-	s := &projectScope{project: p}
+	s := &projectScope{project: p, now: r.now()}
 	var recErr error
 	defer func() {
 		if r.Deliveries != nil && p.Spec.Notifications != nil {
 			s.routes = r.Deliveries.routeStatus(p.Namespace, p.Name, p.Spec.Notifications.Routes)
 		}
 		setProjectStatus(p, s, recErr)
+		if p.Spec.Budget != nil {
+			// The windows roll over at midnight in the budget's zone: look again then.
+			loc, _ := budgetZone(p)
+			local := s.now.In(loc)
+			next := time.Date(local.Year(), local.Month(), local.Day()+1, 0, 0, 1, 0, loc).Sub(s.now)
+			if s.requeue == 0 || next < s.requeue {
+				s.requeue = next
+			}
+		}
 		if err := patchStatus(ctx, r.Client, orig, p); err != nil {
 			res, retErr = statusWriteFailed(recErr, err)
 			return
 		}
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, p.Status.Conditions, p,
-			agentsv1alpha1.ConditionCredentialsValid, agentsv1alpha1.ConditionRepositoryReachable)
+			agentsv1alpha1.ConditionCredentialsValid, agentsv1alpha1.ConditionRepositoryReachable, agentsv1alpha1.ConditionBudgetAvailable)
 		if s.backlog != nil && r.Recorder != nil {
 			for _, e := range s.backlog.events {
 				r.Recorder.Eventf(p, nil, e.kind, e.reason, "Backlog", "%s", e.message)
@@ -153,6 +166,7 @@ func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope
 		return fmt.Errorf("list sessions: %w", err)
 	}
 	s.sessions = list.Items
+	s.sessionsRead = true
 	s.counts = countSessions(list.Items)
 	var wts agentsv1alpha1.WorktreeList
 	if err := r.Client.List(ctx, &wts, client.InNamespace(s.project.Namespace), client.MatchingFields{indexProject: s.project.Name},
@@ -200,6 +214,9 @@ func (r *ProjectReconciler) checkSpec(_ context.Context, s *projectScope) error 
 	}
 	if _, err := lifecycle.ResolveSettings(s.project.Spec.Reactions, s.project.Spec.Activity); err != nil {
 		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "spec.reactions: %v: fix the reaction (a message sees .PullRequest, .Checks, .Threads, .Reviews and the rest of docs/reactions.md)", err)
+	}
+	if _, err := budgetZone(s.project); err != nil {
+		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "%v", err)
 	}
 	return nil
 }

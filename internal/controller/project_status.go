@@ -59,6 +59,11 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 	setBacklogStatus(p, s)
 	p.Status.Notifications = s.routes
 	setNotificationsDeliveringCondition(p, s.routes)
+	if s.sessionsRead {
+		loc, _ := budgetZone(p)
+		p.Status.Spend = projectSpend(s.sessions, s.now, loc)
+	}
+	setBudgetCondition(p, s.now)
 	setKstatus(conds, gen, err, err == nil, agentsv1alpha1.ReasonSucceeded, "credentials valid, repository reachable, shared children in place")
 	if observedBy(err) {
 		p.Status.ObservedGeneration = gen

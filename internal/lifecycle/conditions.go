@@ -188,6 +188,13 @@ func (e *eval) agentCondition() (metav1.ConditionStatus, string, string) {
 	case agentsv1alpha1.PhaseStopped:
 		return metav1.ConditionFalse, agentsv1alpha1.ReasonAgentStopped, "The session is Stopped"
 	case agentsv1alpha1.PhaseMerged, agentsv1alpha1.PhaseDone, agentsv1alpha1.PhaseErrored:
+		if e.prevPhase == e.phase {
+			// An ended session keeps what was said when it ended: the agent's last report stops
+			// counting as current once the phase is terminal, and must not rewrite the record.
+			if c := meta.FindStatusCondition(e.prev.Conditions, agentsv1alpha1.ConditionAgentRunning); c != nil {
+				return c.Status, c.Reason, c.Message
+			}
+		}
 		if a.exit != nil {
 			return metav1.ConditionFalse, agentsv1alpha1.ReasonAgentExited, "The agent exited (" + a.exit.describe() + ")"
 		}

@@ -170,7 +170,7 @@ func (e *eval) decision() Decision {
 		d.AgentSessionID = e.in.Runner.AgentSessionID
 		d.Summary = e.in.Runner.Summary
 		if e.in.Runner.Usage != nil {
-			d.Usage = e.in.Runner.Usage.DeepCopy()
+			d.Usage = withWindows(e.in.Runner.Usage.DeepCopy(), e.prev.Usage, e.now, e.in.Spec.Budget.Location)
 		}
 	}
 	d.AdmittedTime = e.prev.AdmittedTime.DeepCopy()
@@ -231,6 +231,7 @@ func (e *eval) decidePhase() {
 			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonIssueClosed,
 				fmt.Sprintf("Issue %s was closed in the tracker (%s)", e.in.Issue.ID, clip.Marked(e.in.Issue.State, 64, truncated)))
 		case e.limitReached():
+		case e.budgetSpent(entering):
 		case entering && !admitted:
 			// Admission is sticky: a session that left the queue keeps its slot until it stops.
 			e.set(agentsv1alpha1.PhaseQueued, agentsv1alpha1.ReasonQueued, "Waiting for a slot under the Project's maxConcurrentSessions")
@@ -273,6 +274,31 @@ func (e *eval) limitReached() bool {
 		}
 	}
 	return false
+}
+
+// budgetSpent queues the session while the Project's budget is spent: a session not running
+// yet waits; a running one waits too under FinishTurn once its agent is between turns (a turn
+// is never cut), and goes on under Continue. Its pod goes, its conversation and checkout stay;
+// when the window resets it is admitted again and resumes. The decision is due again at the
+// reset.
+func (e *eval) budgetSpent(entering bool) bool {
+	b := e.in.Spec.Budget
+	if b.Exhausted == "" {
+		return false
+	}
+	if !b.ResetTime.IsZero() {
+		e.after(b.ResetTime)
+	}
+	midTurn := e.agent.current && (e.in.Runner.State == agentsv1alpha1.ActivityActive || e.in.Runner.State == agentsv1alpha1.ActivityBlocked)
+	if !entering && (!b.FinishTurn || midTurn) {
+		return false
+	}
+	msg := "The Project's budget is spent: " + b.Exhausted
+	if !b.ResetTime.IsZero() {
+		msg += "; the session resumes at " + b.ResetTime.UTC().Format(time.RFC3339)
+	}
+	e.set(agentsv1alpha1.PhaseQueued, agentsv1alpha1.ReasonBudgetExhausted, msg)
+	return true
 }
 
 // holdTerminal keeps a terminal phase, with the reason it was entered for.

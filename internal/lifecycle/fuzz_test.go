@@ -52,6 +52,10 @@ var fuzzSettings = []Settings{
 func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha1.SessionState, limits SpecEvidence) Input {
 	in := Input{Now: now, Generation: int64(1 + r.next()%3), Settings: settings}
 	in.Spec = SpecEvidence{State: desired, Admitted: !r.chance(5), MaxDuration: limits.MaxDuration, MaxTurns: limits.MaxTurns}
+	if r.chance(6) {
+		// The Project's budget is spent for now.
+		in.Spec.Budget = BudgetEvidence{Exhausted: "the daily budget of $5 is spent: $5.2", FinishTurn: !r.chance(3), ResetTime: now.Add(time.Hour)}
+	}
 	for _, id := range []string{"m1", "m2", "m3"} {
 		if r.chance(3) {
 			in.Spec.Messages = append(in.Spec.Messages, agentsv1alpha1.Message{ID: id, Text: "please " + id})

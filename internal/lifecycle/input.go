@@ -53,6 +53,8 @@ type SpecEvidence struct {
 	// zero means none. MaxDuration counts from Previous.StartTime, MaxTurns finished turns.
 	MaxDuration time.Duration
 	MaxTurns    int32
+	// Budget is the Project's budget as it stands now (its spend in the current windows).
+	Budget BudgetEvidence
 	// Deleting is true once the session has a deletion timestamp (it then waits on Shepherd's
 	// finalizer only for ClosePullRequestOnDelete): the decision asks for nothing but that close.
 	Deleting bool
@@ -219,6 +221,20 @@ type ReviewThread struct {
 	Line   int
 	Body   string
 	URL    string
+}
+
+// BudgetEvidence is the Project's budget as the controller judged it from the Project's spend.
+type BudgetEvidence struct {
+	// Exhausted says which cap is spent ("the daily budget of $50 is spent: $50.12"); "" while
+	// there is room.
+	Exhausted string
+	// FinishTurn: running sessions stop after their agent's current turn (else they go on).
+	FinishTurn bool
+	// ResetTime is when the spent window ends; the decision is due again then.
+	ResetTime time.Time
+	// Location is the budget's time zone: the session's own day and month windows are counted
+	// in it. Nil is UTC.
+	Location *time.Location
 }
 
 // Comment is one comment of the pull request's conversation, or the summary of a review that

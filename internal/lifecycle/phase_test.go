@@ -309,6 +309,12 @@ func phaseCases() []phaseCase {
 		)
 	}
 	for _, f := range Groups["Started"] {
+		cases = append(cases, phaseCase{fmt.Sprintf("%s to Queued when the budget is spent, between turns", f), f, func(in *Input) {
+			in.Spec.Budget = BudgetEvidence{Exhausted: "the daily budget of $5 is spent: $5.2", FinishTurn: true, ResetTime: in.Now.Add(time.Hour)}
+			if in.Runner.State == agentsv1alpha1.ActivityActive {
+				in.Runner.State = agentsv1alpha1.ActivityReady
+			}
+		}, agentsv1alpha1.PhaseQueued, agentsv1alpha1.ReasonBudgetExhausted})
 		cases = append(cases, phaseCase{fmt.Sprintf("%s to Errored when the workspace fails past the grace", f), f, func(in *Input) {
 			in.Workspace = WorkspaceEvidence{Phase: agentsv1alpha1.WorktreeFailed, Message: "base ref not found"}
 			in.Previous.Grace = graceFull(signalWorkspace, in.Now)

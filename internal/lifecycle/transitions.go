@@ -91,6 +91,7 @@ var Rules = []Rule{
 	{GroupLive, nMerged, "the pull request itself says merged"},
 	{GroupLive, nDone, "the pull request was closed without merging, the issue was closed in the tracker, a limit (maxDuration, maxTurns) was reached, or the agent exited with code 0 and no pull request"},
 	{GroupStarted, nErrored, "workspace Failed or Missing past the grace, the agent container unable to start past the grace, or the agent exited with a failure and no pull request"},
+	{GroupStarted, nQueued, "the Project's budget is spent (under FinishTurn once the agent is between turns); resumes when the window resets"},
 	{nStopped, nQueued, "restore (state Running again), not admitted"},
 	{nStopped, GroupStarted, "restore (state Running again), admitted: judged as if it were Spawning"},
 	{nStopped, nDone, "restore, and the pull request was closed meanwhile (or as from Spawning)"},

@@ -163,6 +163,22 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.feedback.commandPrefix: Invalid value: "/shepherd please": commandPrefix must be one word without spaces, such as /shepherd`,
 		}),
+		Entry("a budget without a cap", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Budget = &agentsv1alpha1.BudgetSpec{TimeZone: "UTC"}
+				}).Obj()
+			},
+			want: `spec.budget: Invalid value: a budget needs at least one cap: dailyUSD, monthlyUSD, dailyTokens or monthlyTokens`,
+		}),
+		Entry("a budget in euros", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Budget = &agentsv1alpha1.BudgetSpec{DailyUSD: "50€"}
+				}).Obj()
+			},
+			want: `spec.budget.dailyUSD: Invalid value: "50€": spec.budget.dailyUSD in body should match '^[0-9]+(\.[0-9]+)?$'`,
+		}),
 		Entry("a comment bound too small", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {

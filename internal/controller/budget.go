@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+)
+
+// budgetZone is the Project's budget time zone: spec.budget.timeZone, else UTC. An unknown name
+// is an error (the Project says so in Stalled) and counts in UTC meanwhile.
+func budgetZone(p *agentsv1alpha1.Project) (*time.Location, error) {
+	if p == nil || p.Spec.Budget == nil || p.Spec.Budget.TimeZone == "" || p.Spec.Budget.TimeZone == "UTC" {
+		return time.UTC, nil
+	}
+	loc, err := time.LoadLocation(p.Spec.Budget.TimeZone)
+	if err != nil {
+		return time.UTC, fmt.Errorf("spec.budget.timeZone %q is not an IANA time zone (such as Europe/Berlin or UTC): %w", p.Spec.Budget.TimeZone, err)
+	}
+	return loc, nil
+}
+
+// projectSpend sums the sessions' spend in the day and month of now (in loc): each session keeps
+// its own windows (status.usage.day and .month, metered), and a window of another day counts
+// nothing. Pure.
+func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *time.Location) *agentsv1alpha1.SpendStatus {
+	day, month := lifecycle.DayKey(now, loc), lifecycle.MonthKey(now, loc)
+	type acc struct {
+		cost   float64
+		tokens int64
+		agents map[string]*acc
+	}
+	d, m := &acc{agents: map[string]*acc{}}, &acc{agents: map[string]*acc{}}
+	add := func(a *acc, agent string, w *agentsv1alpha1.SpendWindow) {
+		c := lifecycle.ParseUSD(w.CostUSD)
+		a.cost += c
+		a.tokens += w.Tokens
+		x := a.agents[agent]
+		if x == nil {
+			x = &acc{}
+			a.agents[agent] = x
+		}
+		x.cost += c
+		x.tokens += w.Tokens
+	}
+	for i := range sessions {
+		u := sessions[i].Status.Usage
+		if u == nil {
+			continue
+		}
+		agent := string(sessions[i].Status.Agent.Type)
+		if agent == "" {
+			agent = "unknown"
+		}
+		if u.Day != nil && u.Day.Start == day {
+			add(d, agent, u.Day)
+		}
+		if u.Month != nil && u.Month.Start == month {
+			add(m, agent, u.Month)
+		}
+	}
+	window := func(start string, a *acc) agentsv1alpha1.SpendWindow {
+		w := agentsv1alpha1.SpendWindow{Start: start, CostUSD: lifecycle.FormatUSD(a.cost), Tokens: a.tokens}
+		names := make([]string, 0, len(a.agents))
+		for n := range a.agents {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for i, n := range names {
+			if i == 16 {
+				break
+			}
+			w.ByAgent = append(w.ByAgent, agentsv1alpha1.AgentSpend{Agent: n, CostUSD: lifecycle.FormatUSD(a.agents[n].cost), Tokens: a.agents[n].tokens})
+		}
+		return w
+	}
+	return &agentsv1alpha1.SpendStatus{Day: window(day, d), Month: window(month, m)}
+}
+
+// budgetState judges a budget against the spend: which cap is spent (""), and when the spent
+// window ends (the later one when both are). A window of another day or month than now's is
+// over, so a Project whose status is a day old is within its daily budget. Pure.
+func budgetState(b *agentsv1alpha1.BudgetSpec, spend *agentsv1alpha1.SpendStatus, now time.Time, loc *time.Location) (exhausted string, reset time.Time) {
+	if b == nil || spend == nil {
+		return "", time.Time{}
+	}
+	local := now.In(loc)
+	nextDay := time.Date(local.Year(), local.Month(), local.Day()+1, 0, 0, 0, 0, loc)
+	nextMonth := time.Date(local.Year(), local.Month()+1, 1, 0, 0, 0, 0, loc)
+	var why []string
+	if spend.Month.Start == lifecycle.MonthKey(now, loc) {
+		if b.MonthlyUSD != "" && lifecycle.ParseUSD(spend.Month.CostUSD) >= lifecycle.ParseUSD(b.MonthlyUSD) {
+			why = append(why, fmt.Sprintf("the monthly budget of $%s is spent ($%s in %s)", b.MonthlyUSD, spend.Month.CostUSD, spend.Month.Start))
+		}
+		if b.MonthlyTokens != nil && spend.Month.Tokens >= *b.MonthlyTokens {
+			why = append(why, fmt.Sprintf("the monthly budget of %d tokens is spent (%d in %s)", *b.MonthlyTokens, spend.Month.Tokens, spend.Month.Start))
+		}
+		if len(why) > 0 {
+			reset = nextMonth
+		}
+	}
+	if spend.Day.Start == lifecycle.DayKey(now, loc) {
+		n := len(why)
+		if b.DailyUSD != "" && lifecycle.ParseUSD(spend.Day.CostUSD) >= lifecycle.ParseUSD(b.DailyUSD) {
+			why = append(why, fmt.Sprintf("the daily budget of $%s is spent ($%s on %s)", b.DailyUSD, spend.Day.CostUSD, spend.Day.Start))
+		}
+		if b.DailyTokens != nil && spend.Day.Tokens >= *b.DailyTokens {
+			why = append(why, fmt.Sprintf("the daily budget of %d tokens is spent (%d on %s)", *b.DailyTokens, spend.Day.Tokens, spend.Day.Start))
+		}
+		if len(why) > n && reset.IsZero() {
+			reset = nextDay
+		}
+	}
+	if len(why) == 0 {
+		return "", time.Time{}
+	}
+	msg := why[0]
+	for _, w := range why[1:] {
+		msg += "; " + w
+	}
+	return msg, reset
+}
+
+// budgetEvidence is the Project's budget as a session's decision needs it. Pure.
+func budgetEvidence(p *agentsv1alpha1.Project, now time.Time) lifecycle.BudgetEvidence {
+	loc, _ := budgetZone(p)
+	ev := lifecycle.BudgetEvidence{Location: loc}
+	if p == nil || p.Spec.Budget == nil {
+		return ev
+	}
+	ev.Exhausted, ev.ResetTime = budgetState(p.Spec.Budget, p.Status.Spend, now, loc)
+	ev.FinishTurn = p.Spec.Budget.OnExhausted != agentsv1alpha1.BudgetContinue
+	return ev
+}
+
+// setBudgetCondition says whether the Project's budget has room; without a budget there is no
+// condition. Pure.
+func setBudgetCondition(p *agentsv1alpha1.Project, now time.Time) {
+	conds := &p.Status.Conditions
+	if p.Spec.Budget == nil {
+		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionBudgetAvailable)
+		return
+	}
+	loc, _ := budgetZone(p)
+	why, reset := budgetState(p.Spec.Budget, p.Status.Spend, now, loc)
+	if why == "" {
+		setCondition(conds, p.Generation, agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionTrue, agentsv1alpha1.ReasonWithinBudget,
+			fmt.Sprintf("spent $%s today and $%s this month", p.Status.Spend.Day.CostUSD, p.Status.Spend.Month.CostUSD))
+		return
+	}
+	setCondition(conds, p.Generation, agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionFalse, agentsv1alpha1.ReasonBudgetExhausted,
+		why+"; new sessions wait Queued until "+reset.Format(time.RFC3339))
+}
+
+// budgetChanged passes a Project update whose BudgetAvailable condition changed status.
+func budgetChanged() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*agentsv1alpha1.Project)
+			n, ok2 := e.ObjectNew.(*agentsv1alpha1.Project)
+			if !ok1 || !ok2 {
+				return false
+			}
+			status := func(p *agentsv1alpha1.Project) metav1.ConditionStatus {
+				if c := meta.FindStatusCondition(p.Status.Conditions, agentsv1alpha1.ConditionBudgetAvailable); c != nil {
+					return c.Status
+				}
+				return ""
+			}
+			return status(o) != status(n)
+		},
+	}
+}

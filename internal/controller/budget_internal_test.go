@@ -1,0 +1,76 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+func TestBudgetState(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 23:30 in Berlin on 6 December: 22:30 UTC.
+	now := time.Date(2026, 12, 6, 22, 30, 0, 0, time.UTC)
+	tokens := int64(1000)
+	spend := func(day, dayCost, month, monthCost string, dayTokens int64) *agentsv1alpha1.SpendStatus {
+		return &agentsv1alpha1.SpendStatus{Day: agentsv1alpha1.SpendWindow{Start: day, CostUSD: dayCost, Tokens: dayTokens},
+			Month: agentsv1alpha1.SpendWindow{Start: month, CostUSD: monthCost}}
+	}
+	for _, c := range []struct {
+		name   string
+		budget agentsv1alpha1.BudgetSpec
+		spend  *agentsv1alpha1.SpendStatus
+		loc    *time.Location
+		want   string
+		reset  time.Time
+	}{
+		{"under the daily cap", agentsv1alpha1.BudgetSpec{DailyUSD: "50"}, spend("2026-12-06", "49.99", "2026-12", "49.99", 0), berlin, "", time.Time{}},
+		{"at the daily cap: resets at midnight in Berlin", agentsv1alpha1.BudgetSpec{DailyUSD: "50"}, spend("2026-12-06", "50", "2026-12", "50", 0), berlin,
+			"the daily budget of $50 is spent ($50 on 2026-12-06)", time.Date(2026, 12, 7, 0, 0, 0, 0, berlin)},
+		{"yesterday's spend is over", agentsv1alpha1.BudgetSpec{DailyUSD: "50"}, spend("2026-12-05", "80", "2026-12", "80", 0), berlin, "", time.Time{}},
+		{"the same instant is already the 6th in UTC... and the 7th nowhere", agentsv1alpha1.BudgetSpec{DailyUSD: "50"}, spend("2026-12-06", "60", "2026-12", "60", 0), time.UTC,
+			"daily budget", time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)},
+		{"the monthly cap resets at the month's end, later than the day's", agentsv1alpha1.BudgetSpec{DailyUSD: "50", MonthlyUSD: "500"}, spend("2026-12-06", "60", "2026-12", "500", 0), berlin,
+			"the monthly budget of $500 is spent ($500 in 2026-12); the daily budget", time.Date(2027, 1, 1, 0, 0, 0, 0, berlin)},
+		{"tokens", agentsv1alpha1.BudgetSpec{DailyTokens: &tokens}, spend("2026-12-06", "0", "2026-12", "0", 1000), berlin,
+			"the daily budget of 1000 tokens is spent", time.Date(2026, 12, 7, 0, 0, 0, 0, berlin)},
+		{"no spend yet", agentsv1alpha1.BudgetSpec{DailyUSD: "1"}, nil, berlin, "", time.Time{}},
+	} {
+		b := c.budget
+		got, reset := budgetState(&b, c.spend, now, c.loc)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) || !reset.Equal(c.reset) {
+			t.Errorf("%s: budgetState = %q, %v; want %q, %v", c.name, got, reset, c.want, c.reset)
+		}
+	}
+}
+
+func TestProjectSpend(t *testing.T) {
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	sess := func(agent, day, dayCost, month, monthCost string, tokens int64) agentsv1alpha1.AgentSession {
+		var s agentsv1alpha1.AgentSession
+		s.Status.Agent.Type = agentsv1alpha1.AgentType(agent)
+		s.Status.Usage = &agentsv1alpha1.UsageStatus{Source: agentsv1alpha1.UsageFromProxy,
+			Day: &agentsv1alpha1.SpendWindow{Start: day, CostUSD: dayCost, Tokens: tokens}, Month: &agentsv1alpha1.SpendWindow{Start: month, CostUSD: monthCost, Tokens: tokens}}
+		return s
+	}
+	got := projectSpend([]agentsv1alpha1.AgentSession{
+		sess("claude-code", "2026-12-06", "1.5", "2026-12", "3", 100),
+		sess("codex", "2026-12-06", "0.25", "2026-12", "0.25", 10),
+		sess("claude-code", "2026-12-05", "9", "2026-12", "9", 900), // yesterday: this month only
+		sess("codex", "2026-11-30", "7", "2026-11", "7", 70),        // last month: nothing
+		{},
+	}, now, time.UTC)
+	if got.Day.Start != "2026-12-06" || got.Day.CostUSD != "1.75" || got.Day.Tokens != 110 {
+		t.Errorf("day: %+v", got.Day)
+	}
+	if got.Month.Start != "2026-12" || got.Month.CostUSD != "12.25" || got.Month.Tokens != 1010 {
+		t.Errorf("month: %+v", got.Month)
+	}
+	if len(got.Day.ByAgent) != 2 || got.Day.ByAgent[0].Agent != "claude-code" || got.Day.ByAgent[0].CostUSD != "1.5" || got.Day.ByAgent[1].CostUSD != "0.25" {
+		t.Errorf("by agent: %+v", got.Day.ByAgent)
+	}
+}

@@ -1,0 +1,76 @@
+package lifecycle
+
+import (
+	"strconv"
+	"time"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+)
+
+// DayKey and MonthKey name the calendar day ("2026-12-06") and month ("2026-12") of t in loc
+// (nil is UTC): the spend windows.
+func DayKey(t time.Time, loc *time.Location) string   { return inZone(t, loc).Format("2006-01-02") }
+func MonthKey(t time.Time, loc *time.Location) string { return inZone(t, loc).Format("2006-01") }
+
+func inZone(t time.Time, loc *time.Location) time.Time {
+	if loc == nil {
+		loc = time.UTC
+	}
+	return t.In(loc)
+}
+
+// withWindows adds to next (a metered usage) what it spent in the current day and month: the
+// increase over prev's totals lands in the window of now. A window of prev that is not the
+// current one is left behind. Only metered usage has windows: it is what budgets count. Pure.
+func withWindows(next, prev *agentsv1alpha1.UsageStatus, now time.Time, loc *time.Location) *agentsv1alpha1.UsageStatus {
+	if next == nil || next.Source != agentsv1alpha1.UsageFromProxy {
+		return next
+	}
+	var p agentsv1alpha1.UsageStatus
+	if prev != nil && prev.Source == agentsv1alpha1.UsageFromProxy {
+		p = *prev
+	}
+	dCost := max(0, ParseUSD(next.CostUSD)-ParseUSD(p.CostUSD))
+	dTokens := max(0, totalTokens(next)-totalTokens(&p))
+	next.Day = addToWindow(p.Day, DayKey(now, loc), dCost, dTokens)
+	next.Month = addToWindow(p.Month, MonthKey(now, loc), dCost, dTokens)
+	return next
+}
+
+func addToWindow(w *agentsv1alpha1.SpendWindow, key string, cost float64, tokens int64) *agentsv1alpha1.SpendWindow {
+	out := agentsv1alpha1.SpendWindow{Start: key}
+	if w != nil && w.Start == key {
+		out.CostUSD, out.Tokens = w.CostUSD, w.Tokens
+	}
+	out.CostUSD = FormatUSD(ParseUSD(out.CostUSD) + cost)
+	out.Tokens += tokens
+	return &out
+}
+
+func totalTokens(u *agentsv1alpha1.UsageStatus) int64 {
+	return u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
+}
+
+// ParseUSD reads the API's decimal dollars; anything else is 0.
+func ParseUSD(s string) float64 {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
+}
+
+// FormatUSD writes dollars as the API's decimal string, six decimals at most.
+func FormatUSD(v float64) string {
+	if v <= 0 {
+		return "0"
+	}
+	s := strconv.FormatFloat(v, 'f', 6, 64)
+	for len(s) > 1 && s[len(s)-1] == '0' {
+		s = s[:len(s)-1]
+	}
+	if s[len(s)-1] == '.' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
