@@ -117,13 +117,13 @@ const (
 // AgentSession reasons. The lifecycle engine (internal/lifecycle) chooses them; each phase's
 // reason is named after the phase.
 const (
-	ReasonQueued           = "Queued"
+	ReasonQueued = "Queued"
 	// ReasonBudgetExhausted: the Project's budget for the current day or month is spent; the
 	// session waits Queued and resumes on its own when the window resets (AgentSession), or the
 	// Project says so (BudgetAvailable=False).
 	ReasonBudgetExhausted = "BudgetExhausted"
 	// ReasonWithinBudget: spend is under every cap (BudgetAvailable=True).
-	ReasonWithinBudget = "WithinBudget"
+	ReasonWithinBudget     = "WithinBudget"
 	ReasonAdmitted         = "Admitted"
 	ReasonWorkspacePending = "WorkspacePending"
 	ReasonWorktreeNotFound = "WorktreeNotFound"

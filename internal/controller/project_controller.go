@@ -78,16 +78,16 @@ type projectScope struct {
 	// sessionsRead: sessions were listed this time (spend is summed from them).
 	sessionsRead bool
 	// now is the reconcile's clock reading.
-	now time.Time
-	forge     *forge
-	credErr   error
-	checked   bool
-	access    scm.RepoInfo
-	accErr    error
-	volume    *corev1.PersistentVolumeClaim
-	requeue   time.Duration
-	accessAt  time.Time
-	routes    []agentsv1alpha1.NotificationRouteStatus
+	now      time.Time
+	forge    *forge
+	credErr  error
+	checked  bool
+	access   scm.RepoInfo
+	accErr   error
+	volume   *corev1.PersistentVolumeClaim
+	requeue  time.Duration
+	accessAt time.Time
+	routes   []agentsv1alpha1.NotificationRouteStatus
 	// backlog is set once the backlog step ran.
 	backlog   *backlogScope
 	backlogMu sync.Mutex
