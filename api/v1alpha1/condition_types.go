@@ -123,7 +123,13 @@ const (
 	// Project says so (BudgetAvailable=False).
 	ReasonBudgetExhausted = "BudgetExhausted"
 	// ReasonWithinBudget: spend is under every cap (BudgetAvailable=True).
-	ReasonWithinBudget     = "WithinBudget"
+	ReasonWithinBudget = "WithinBudget"
+	// ReasonBudgetThreshold: spend reached the budget's notifyAtPercent of a cap (the
+	// notification's reason).
+	ReasonBudgetThreshold = "BudgetThreshold"
+	// EventBudgetThreshold is the type of a Project's budget notification (action priority),
+	// sent once per window when spend reaches notifyAtPercent of a cap.
+	EventBudgetThreshold   = "budget.threshold"
 	ReasonAdmitted         = "Admitted"
 	ReasonWorkspacePending = "WorkspacePending"
 	ReasonWorktreeNotFound = "WorktreeNotFound"

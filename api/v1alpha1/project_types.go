@@ -976,6 +976,9 @@ type SpendWindow struct {
 	// Tokens used in the window.
 	// +optional
 	Tokens int64 `json:"tokens,omitempty"`
+	// Notified is true once the window's notifyAtPercent notification went out (once a window).
+	// +optional
+	Notified bool `json:"notified,omitempty"`
 	// ByAgent splits the window's spend by agent type.
 	// +optional
 	// +listType=map

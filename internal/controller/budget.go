@@ -1,17 +1,22 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/notify"
 )
 
 // budgetZone is the Project's budget time zone: spec.budget.timeZone, else UTC. An unknown name
@@ -180,4 +185,73 @@ func budgetChanged() predicate.Funcs {
 			return status(o) != status(n)
 		},
 	}
+}
+
+// notifyBudget sends the Project's budget threshold notification to the routes that take action
+// priority, and records it as a Kubernetes Event. Its window was marked Notified in the status
+// just written, so it goes out at most once per window: a manager that stops in between loses
+// it (the Event and the BudgetAvailable condition still say what matters).
+func (r *ProjectReconciler) notifyBudget(ctx context.Context, p *agentsv1alpha1.Project, msg string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, agentsv1alpha1.ReasonBudgetThreshold, "Budget", "%s", msg)
+	}
+	if r.Notifier == nil || p.Spec.Notifications == nil {
+		return
+	}
+	now := r.now()
+	id := "budget." + strings.ReplaceAll(p.Status.Spend.Day.Start+"."+p.Status.Spend.Month.Start, "-", "")
+	for _, route := range notify.Select(p.Spec.Notifications.Routes, agentsv1alpha1.PriorityAction) {
+		sender, err := r.senderFor(ctx, p, route.Name)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Cannot build the notification sender", "route", route.Name)
+			continue
+		}
+		r.Notifier.Enqueue(notify.Job{Key: p.Namespace + "/" + p.Name + "/" + id + "/" + route.Name, Route: route.Name, Sender: sender,
+			Notification: notify.Notification{ID: p.Namespace + "/" + p.Name + "/" + id, Type: agentsv1alpha1.EventBudgetThreshold,
+				Priority: agentsv1alpha1.PriorityAction, Reason: agentsv1alpha1.ReasonBudgetThreshold, Message: msg,
+				Namespace: p.Namespace, Project: p.Name, Time: now}})
+	}
+}
+
+// budgetNotice decides the window's notifyAtPercent notification: spend reached that share of a
+// cap of the current day or month and the window has not said so yet. It marks the window
+// Notified (the status written first, then the notification sent: at most once per window) and
+// returns the message, or "". Pure.
+func budgetNotice(b *agentsv1alpha1.BudgetSpec, prev, spend *agentsv1alpha1.SpendStatus) string {
+	if b == nil || spend == nil {
+		return ""
+	}
+	pct := int32(agentsv1alpha1.DefaultBudgetNotifyPercent)
+	if b.NotifyAtPercent != nil {
+		pct = *b.NotifyAtPercent
+	}
+	share := float64(pct) / 100
+	var msgs []string
+	check := func(w *agentsv1alpha1.SpendWindow, prevW *agentsv1alpha1.SpendWindow, kind, capUSD string, capTokens *int64) {
+		if prevW != nil && prevW.Start == w.Start && prevW.Notified {
+			w.Notified = true
+			return
+		}
+		var hit []string
+		if c := lifecycle.ParseUSD(capUSD); capUSD != "" && c > 0 && lifecycle.ParseUSD(w.CostUSD) >= share*c {
+			hit = append(hit, fmt.Sprintf("$%s of the %s budget of $%s", w.CostUSD, kind, capUSD))
+		}
+		if capTokens != nil && float64(w.Tokens) >= share*float64(*capTokens) {
+			hit = append(hit, fmt.Sprintf("%d of the %s budget of %d tokens", w.Tokens, kind, *capTokens))
+		}
+		if len(hit) > 0 {
+			w.Notified = true
+			msgs = append(msgs, strings.Join(hit, " and ")+" spent ("+w.Start+")")
+		}
+	}
+	var pd, pm *agentsv1alpha1.SpendWindow
+	if prev != nil {
+		pd, pm = &prev.Day, &prev.Month
+	}
+	check(&spend.Day, pd, "daily", b.DailyUSD, b.DailyTokens)
+	check(&spend.Month, pm, "monthly", b.MonthlyUSD, b.MonthlyTokens)
+	if len(msgs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Project budget at %d%%: %s. At the cap new sessions wait until the window ends.", pct, strings.Join(msgs, "; "))
 }

@@ -74,3 +74,33 @@ func TestProjectSpend(t *testing.T) {
 		t.Errorf("by agent: %+v", got.Day.ByAgent)
 	}
 }
+
+func TestBudgetNotice(t *testing.T) {
+	tokens := int64(1000)
+	b := &agentsv1alpha1.BudgetSpec{DailyUSD: "50", MonthlyTokens: &tokens}
+	spend := func(day string, cost string, tok int64) *agentsv1alpha1.SpendStatus {
+		return &agentsv1alpha1.SpendStatus{Day: agentsv1alpha1.SpendWindow{Start: day, CostUSD: cost, Tokens: tok},
+			Month: agentsv1alpha1.SpendWindow{Start: "2026-12", CostUSD: cost, Tokens: tok}}
+	}
+	if msg := budgetNotice(b, nil, spend("2026-12-06", "39.99", 10)); msg != "" {
+		t.Errorf("under 80%%: %q", msg)
+	}
+	s1 := spend("2026-12-06", "40", 10)
+	msg := budgetNotice(b, nil, s1)
+	if !strings.Contains(msg, "at 80%: $40 of the daily budget of $50 spent (2026-12-06)") || !s1.Day.Notified || s1.Month.Notified {
+		t.Errorf("at 80%%: %q, %+v", msg, s1)
+	}
+	s2 := spend("2026-12-06", "45", 10)
+	if msg := budgetNotice(b, s1, s2); msg != "" || !s2.Day.Notified {
+		t.Errorf("once a window: %q, %+v", msg, s2.Day)
+	}
+	s3 := spend("2026-12-07", "41", 900)
+	msg = budgetNotice(b, s2, s3)
+	if !strings.Contains(msg, "$41 of the daily budget") || !strings.Contains(msg, "900 of the monthly budget of 1000 tokens") {
+		t.Errorf("a new day, and the month's tokens: %q", msg)
+	}
+	pct := int32(100)
+	if msg := budgetNotice(&agentsv1alpha1.BudgetSpec{DailyUSD: "50", NotifyAtPercent: &pct}, nil, spend("2026-12-06", "49", 0)); msg != "" {
+		t.Errorf("notifyAtPercent 100: %q", msg)
+	}
+}

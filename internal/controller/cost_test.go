@@ -134,6 +134,8 @@ var _ = Describe("A daily budget", Serial, func() {
 		}).Should(PointTo(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", agentsv1alpha1.ReasonBudgetExhausted),
 			HaveField("Message", ContainSubstring("the daily budget of $5 is spent ($5.1375 on "+today+")")))))
 		Consistently(sessionPhase(w.ns, a.name), "2s").Should(Equal(agentsv1alpha1.PhaseWorking), "a turn is never cut")
+		Expect(projectEvents(w.ns, "widgets", agentsv1alpha1.ReasonBudgetThreshold)).To(ConsistOf(
+			ContainSubstring("Project budget at 80%: $5.1375 of the daily budget of $5 spent")), "the threshold is said once a window")
 
 		By("a new session waits, without a pod")
 		b := w.agent("later")
@@ -181,4 +183,17 @@ func projectStatus(ns, name string) func() agentsv1alpha1.ProjectStatus {
 		}
 		return p.Status
 	}
+}
+
+// projectEvents are the messages of the Events with reason about the Project.
+func projectEvents(ns, name, reason string) []string {
+	var events corev1.EventList
+	Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+	var out []string
+	for _, e := range events.Items {
+		if e.Reason == reason && e.InvolvedObject.Kind == "Project" && e.InvolvedObject.Name == name {
+			out = append(out, e.Message)
+		}
+	}
+	return out
 }

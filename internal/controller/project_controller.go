@@ -77,6 +77,9 @@ type projectScope struct {
 	counts    agentsv1alpha1.SessionCounts
 	// sessionsRead: sessions were listed this time (spend is summed from them).
 	sessionsRead bool
+	// budgetNotice is the budget threshold notification to send once the status that marks its
+	// window Notified is written.
+	budgetNotice string
 	// now is the reconcile's clock reading.
 	now      time.Time
 	forge    *forge
@@ -130,6 +133,9 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		}
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, p.Status.Conditions, p,
 			agentsv1alpha1.ConditionCredentialsValid, agentsv1alpha1.ConditionRepositoryReachable, agentsv1alpha1.ConditionBudgetAvailable)
+		if s.budgetNotice != "" {
+			r.notifyBudget(ctx, p, s.budgetNotice)
+		}
 		if s.backlog != nil && r.Recorder != nil {
 			for _, e := range s.backlog.events {
 				r.Recorder.Eventf(p, nil, e.kind, e.reason, "Backlog", "%s", e.message)

@@ -61,7 +61,9 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 	setNotificationsDeliveringCondition(p, s.routes)
 	if s.sessionsRead {
 		loc, _ := budgetZone(p)
+		prev := p.Status.Spend
 		p.Status.Spend = projectSpend(s.sessions, s.now, loc)
+		s.budgetNotice = budgetNotice(p.Spec.Budget, prev, p.Status.Spend)
 	}
 	setBudgetCondition(p, s.now)
 	setKstatus(conds, gen, err, err == nil, agentsv1alpha1.ReasonSucceeded, "credentials valid, repository reachable, shared children in place")
