@@ -118,6 +118,14 @@ type SessionLimits struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	MaxTurns *int32 `json:"maxTurns,omitempty"`
+
+	// MaxCostUSD ends the session once the model proxy metered this much spend for it, in US
+	// dollars ("2.5"), never in the middle of a turn (requests under way when it is reached
+	// still finish). Counted only with a model proxy (docs/cost.md).
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	MaxCostUSD string `json:"maxCostUSD,omitempty"`
 }
 
 // WorktreeTemplate describes the Worktree a session creates for itself.

@@ -103,6 +103,26 @@ func otherDayZone() string {
 	return ""
 }
 
+var _ = Describe("A session's maxCostUSD", func() {
+	It("ends the session once the proxy metered that much, after the turn", func() {
+		w := newWorld()
+		create(w.project().Obj())
+		a := w.agent("capped")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Spend").With(func(s *agentsv1alpha1.AgentSessionSpec) {
+			s.Limits = &agentsv1alpha1.SessionLimits{MaxCostUSD: "1"}
+		}).Obj())
+		a.start()
+		m := runnerapi.Metered{Requests: 1, InputTokens: 1_000_000, ByModel: map[string]runnerapi.MeteredModel{"claude-sonnet-4-5": {Requests: 1, InputTokens: 1_000_000}}}
+		a.report(agentsv1alpha1.ActivityActive, metered(m, runnerapi.Usage{}))
+		Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Usage.CostUSD", "3"))
+		Consistently(sessionPhase(w.ns, a.name), "1s").Should(Equal(agentsv1alpha1.PhaseWorking), "mid-turn")
+		a.report(agentsv1alpha1.ActivityReady, metered(m, runnerapi.Usage{Turns: 1}))
+		a.expect(agentsv1alpha1.PhaseDone)
+		Expect(readyReason(w.ns, a.name)()).To(Equal(agentsv1alpha1.ReasonMaxCostReached))
+		Expect(findCond(a.status().Conditions, agentsv1alpha1.ConditionReady).Message).To(ContainSubstring("spent $3, its maxCostUSD of $1"))
+	})
+})
+
 var _ = Describe("A daily budget", Serial, func() {
 	It("queues new sessions at the cap, lets a running agent finish its turn then waits, and resumes both in the next day", func() {
 		w := newWorld()

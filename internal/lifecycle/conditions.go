@@ -61,7 +61,13 @@ func (e *eval) conditions(d Decision) []metav1.Condition {
 	set(agentsv1alpha1.ConditionReviewApproved, s, r, m)
 	s, r, m = e.mergeableCondition()
 	set(agentsv1alpha1.ConditionMergeable, s, r, m)
-	// Only a metered session's cost can be known whole; an agent's own report is its word.
+	// Only a metered session's cost can be known whole; an agent's own report is its word. A
+	// decision without a fresh report keeps what was said, at this generation.
+	for _, t := range []string{agentsv1alpha1.ConditionCostKnown, agentsv1alpha1.ConditionUsageConsistent} {
+		if c := meta.FindStatusCondition(conds, t); c != nil {
+			set(t, c.Status, c.Reason, c.Message)
+		}
+	}
 	if u := d.Usage; u != nil && u.Source == agentsv1alpha1.UsageFromProxy {
 		if missing := UnpricedModels(u); len(missing) > 0 {
 			set(agentsv1alpha1.ConditionCostKnown, metav1.ConditionFalse, agentsv1alpha1.ReasonPriceUnknown,

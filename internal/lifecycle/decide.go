@@ -273,6 +273,18 @@ func (e *eval) limitReached() bool {
 			return true
 		}
 	}
+	if limit := e.in.Spec.MaxCostUSD; limit > 0 {
+		usage := e.prev.Usage
+		if e.agent.current && e.in.Runner.Usage != nil {
+			usage = e.in.Runner.Usage
+		}
+		if usage != nil && usage.Source == agentsv1alpha1.UsageFromProxy && ParseUSD(usage.CostUSD) >= limit &&
+			e.in.Runner.State != agentsv1alpha1.ActivityActive && e.in.Runner.State != agentsv1alpha1.ActivityBlocked {
+			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonMaxCostReached,
+				fmt.Sprintf("The session spent $%s, its maxCostUSD of $%s", usage.CostUSD, FormatUSD(limit)))
+			return true
+		}
+	}
 	return false
 }
 

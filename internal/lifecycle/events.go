@@ -264,5 +264,5 @@ func (e *eval) builtinNotifications() {
 // limitReason reports whether a session ended at one of its limits (maxDuration, maxTurns):
 // work cut short, which a human decides about.
 func limitReason(reason string) bool {
-	return reason == agentsv1alpha1.ReasonMaxDurationReached || reason == agentsv1alpha1.ReasonMaxTurnsReached
+	return reason == agentsv1alpha1.ReasonMaxDurationReached || reason == agentsv1alpha1.ReasonMaxTurnsReached || reason == agentsv1alpha1.ReasonMaxCostReached
 }

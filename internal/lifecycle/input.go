@@ -53,6 +53,8 @@ type SpecEvidence struct {
 	// zero means none. MaxDuration counts from Previous.StartTime, MaxTurns finished turns.
 	MaxDuration time.Duration
 	MaxTurns    int32
+	// MaxCostUSD is the session's spend limit in dollars (metered usage only); zero is none.
+	MaxCostUSD float64
 	// Budget is the Project's budget as it stands now (its spend in the current windows).
 	Budget BudgetEvidence
 	// Deleting is true once the session has a deletion timestamp (it then waits on Shepherd's

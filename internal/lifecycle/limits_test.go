@@ -57,6 +57,26 @@ func TestSessionLimits(t *testing.T) {
 				in.Runner.Usage = &agentsv1alpha1.UsageStatus{Turns: 3}
 			},
 			phase: agentsv1alpha1.PhaseDone, reason: agentsv1alpha1.ReasonMaxTurnsReached, message: "finished 3 turns, its maxTurns of 3"},
+		{name: "maxCostUSD reached mid-turn: the turn is not cut",
+			setup: func(in *Input) {
+				in.Spec.MaxCostUSD = 2
+				in.Runner.Usage = &agentsv1alpha1.UsageStatus{Source: agentsv1alpha1.UsageFromProxy, CostUSD: "2.5"}
+			},
+			phase: agentsv1alpha1.PhaseWorking, reason: agentsv1alpha1.ReasonAgentActive},
+		{name: "maxCostUSD reached and the turn finished: Done",
+			setup: func(in *Input) {
+				in.Spec.MaxCostUSD = 2
+				in.Runner.State = agentsv1alpha1.ActivityReady
+				in.Runner.Usage = &agentsv1alpha1.UsageStatus{Source: agentsv1alpha1.UsageFromProxy, CostUSD: "2.5"}
+			},
+			phase: agentsv1alpha1.PhaseDone, reason: agentsv1alpha1.ReasonMaxCostReached, message: "spent $2.5, its maxCostUSD of $2"},
+		{name: "maxCostUSD does not count an agent's own report",
+			setup: func(in *Input) {
+				in.Spec.MaxCostUSD = 2
+				in.Runner.State = agentsv1alpha1.ActivityReady
+				in.Runner.Usage = &agentsv1alpha1.UsageStatus{Source: agentsv1alpha1.UsageFromAgent, CostUSD: "9"}
+			},
+			phase: agentsv1alpha1.PhaseWorking, reason: agentsv1alpha1.ReasonAgentActive},
 		{name: "fewer turns than maxTurns: the session goes on",
 			setup: func(in *Input) {
 				in.Spec.MaxTurns = 3

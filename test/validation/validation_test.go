@@ -163,6 +163,14 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.feedback.commandPrefix: Invalid value: "/shepherd please": commandPrefix must be one word without spaces, such as /shepherd`,
 		}),
+		Entry("a maxCostUSD that is not dollars", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Limits = &agentsv1alpha1.LimitsSpec{SessionLimits: agentsv1alpha1.SessionLimits{MaxCostUSD: "$3"}}
+				}).Obj()
+			},
+			want: `spec.limits.maxCostUSD: Invalid value: "$3": spec.limits.maxCostUSD in body should match '^[0-9]+(\.[0-9]+)?$'`,
+		}),
 		Entry("a budget without a cap", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
