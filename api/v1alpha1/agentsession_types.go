@@ -126,6 +126,21 @@ type SessionLimits struct {
 	// +kubebuilder:validation:MaxLength=16
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	MaxCostUSD string `json:"maxCostUSD,omitempty"`
+
+	// MaxRepeatedFailures ends the session, escalated, once one tool call (the same tool with
+	// the same input) failed this many times in a row: an agent retrying what cannot work.
+	// 2..1000.
+	// +optional
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=1000
+	MaxRepeatedFailures *int32 `json:"maxRepeatedFailures,omitempty"`
+
+	// MaxUnchangedTurns ends the session, escalated, once this many turns in a row left the
+	// checkout as they found it (no commit, no edit): an agent talking in circles. 1..1000.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxUnchangedTurns *int32 `json:"maxUnchangedTurns,omitempty"`
 }
 
 // WorktreeTemplate describes the Worktree a session creates for itself.

@@ -169,7 +169,11 @@ const (
 	ReasonMaxDurationReached    = "MaxDurationReached"
 	ReasonMaxTurnsReached       = "MaxTurnsReached"
 	// ReasonMaxCostReached: the session's metered spend reached its maxCostUSD (Done).
-	ReasonMaxCostReached    = "MaxCostReached"
+	ReasonMaxCostReached = "MaxCostReached"
+	// ReasonLoopDetected: the agent went round in circles (the same tool call failing again and
+	// again, or turns without any change to the checkout) past the session's runaway limits (Done,
+	// escalated).
+	ReasonLoopDetected      = "LoopDetected"
 	ReasonIssueClosed       = "IssueClosed"
 	ReasonPullRequestKept   = "PullRequestKept"
 	ReasonPullRequestMerged = "PullRequestMerged"

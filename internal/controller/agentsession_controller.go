@@ -454,7 +454,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		Pod:      podEvidence(s.pod, s.nodeLost, s.volumeHeld),
 		Previous: s.sess.Status,
 	}
-	in.Spec.MaxDuration, in.Spec.MaxTurns, in.Spec.MaxCostUSD = sessionLimits(s.project, s.sess)
+	in.Spec.MaxDuration, in.Spec.MaxTurns, in.Spec.MaxCostUSD, in.Spec.MaxRepeatedFailures, in.Spec.MaxUnchangedTurns = sessionLimits(s.project, s.sess)
 	in.Spec.Deleting = !s.sess.DeletionTimestamp.IsZero()
 	in.Spec.ClosePullRequestOnDelete = s.sess.Spec.OnDelete == agentsv1alpha1.DeleteClosePullRequest
 	if stopsOnIssueClosed(s.project) && s.sess.Spec.Issue != "" {
@@ -602,7 +602,7 @@ func requestsFor(items []agentsv1alpha1.AgentSession) []reconcile.Request {
 
 // sessionLimits are the session's maxDuration and maxTurns: its spec.limits over its Project's
 // spec.limits (zero: none).
-func sessionLimits(p *agentsv1alpha1.Project, sess *agentsv1alpha1.AgentSession) (d time.Duration, n int32, cost float64) {
+func sessionLimits(p *agentsv1alpha1.Project, sess *agentsv1alpha1.AgentSession) (d time.Duration, n int32, cost float64, fails, unchanged int32) {
 	layers := []*agentsv1alpha1.SessionLimits{nil, sess.Spec.Limits}
 	if p.Spec.Limits != nil {
 		layers[0] = &p.Spec.Limits.SessionLimits
@@ -617,6 +617,12 @@ func sessionLimits(p *agentsv1alpha1.Project, sess *agentsv1alpha1.AgentSession)
 		if l != nil && l.MaxCostUSD != "" {
 			cost = lifecycle.ParseUSD(l.MaxCostUSD)
 		}
+		if l != nil && l.MaxRepeatedFailures != nil {
+			fails = *l.MaxRepeatedFailures
+		}
+		if l != nil && l.MaxUnchangedTurns != nil {
+			unchanged = *l.MaxUnchangedTurns
+		}
 	}
-	return d, n, cost
+	return d, n, cost, fails, unchanged
 }

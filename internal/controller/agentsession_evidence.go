@@ -109,6 +109,9 @@ func runnerEvidence(r SessionReport, ok bool, prices pricing.Table) lifecycle.Ru
 		ev.PullRequestAsk = strconv.FormatUint(r.Ask.Seq, 10)
 	}
 	ev.Usage = usageStatus(r.Usage, prices)
+	if l := r.Loop; l != nil {
+		ev.Loop = lifecycle.LoopEvidence{RepeatedFailures: l.RepeatedFailures, FailingCall: l.FailingCall, UnchangedTurns: l.UnchangedTurns}
+	}
 	return ev
 }
 

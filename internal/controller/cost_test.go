@@ -123,6 +123,38 @@ var _ = Describe("A session's maxCostUSD", func() {
 	})
 })
 
+var _ = Describe("Runaway limits", func() {
+	It("end a session whose agent fails the same call again and again, mid-turn, and one whose turns change nothing", func() {
+		w := newWorld()
+		create(w.project().With(func(s *agentsv1alpha1.ProjectSpec) {
+			s.Limits = &agentsv1alpha1.LimitsSpec{SessionLimits: agentsv1alpha1.SessionLimits{MaxRepeatedFailures: ptrTo(int32(3)), MaxUnchangedTurns: ptrTo(int32(2))}}
+		}).Obj())
+		a := w.agent("looping")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix it").Obj())
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive, func(r *runnerapi.Report) {
+			r.Loop = &runnerapi.LoopReport{RepeatedFailures: 2, FailingCall: "Bash: go test ./..."}
+		})
+		a.expect(agentsv1alpha1.PhaseWorking)
+		a.report(agentsv1alpha1.ActivityActive, func(r *runnerapi.Report) {
+			r.Loop = &runnerapi.LoopReport{RepeatedFailures: 3, FailingCall: "Bash: go test ./..."}
+		})
+		a.expect(agentsv1alpha1.PhaseDone)
+		Expect(readyReason(w.ns, a.name)()).To(Equal(agentsv1alpha1.ReasonLoopDetected))
+		Expect(findCond(a.status().Conditions, agentsv1alpha1.ConditionReady).Message).To(ContainSubstring("failed 3 times in a row (maxRepeatedFailures 3): Bash: go test ./..."))
+		Eventually(podExists(w.ns, a.podName())).Should(BeFalse(), "the runaway agent is stopped")
+
+		b := w.agent("idle-loop")
+		create(MakeSession(b.name, w.ns, "widgets").Prompt("Think").Obj())
+		b.start()
+		b.report(agentsv1alpha1.ActivityReady, func(r *runnerapi.Report) { r.Loop = &runnerapi.LoopReport{UnchangedTurns: 1} })
+		b.expect(agentsv1alpha1.PhaseWorking)
+		b.report(agentsv1alpha1.ActivityReady, func(r *runnerapi.Report) { r.Loop = &runnerapi.LoopReport{UnchangedTurns: 2} })
+		b.expect(agentsv1alpha1.PhaseDone)
+		Expect(readyReason(w.ns, b.name)()).To(Equal(agentsv1alpha1.ReasonLoopDetected))
+	})
+})
+
 var _ = Describe("A daily budget", Serial, func() {
 	It("queues new sessions at the cap, lets a running agent finish its turn then waits, and resumes both in the next day", func() {
 		w := newWorld()

@@ -24,6 +24,8 @@ type SessionReport struct {
 	// Workspace facts of the session's Worktree.
 	Workspace *runnerapi.WorkspaceReport
 	Push      *runnerapi.PushReport
+	// Loop is the runner's count of repeated failures and unchanged turns.
+	Loop *runnerapi.LoopReport
 	// PullRequest is the pull request the runner asked the manager to open.
 	PullRequest *runnerapi.PullRequestResult
 	// Ask is the runner's request to open or update the pull request, waiting for the
@@ -96,6 +98,10 @@ func (s *ReportStore) Update(key types.NamespacedName, pod types.UID, worktree s
 	if r.Push != nil {
 		p := *r.Push
 		cur.Push = &p
+	}
+	if r.Loop != nil {
+		l := *r.Loop
+		cur.Loop = &l
 	}
 	s.mu.Unlock()
 	if s.OnChange != nil {

@@ -273,6 +273,21 @@ func (e *eval) limitReached() bool {
 			return true
 		}
 	}
+	// A runaway agent is stopped where it is: a loop of failing calls may never end its turn.
+	// Unchanged turns are counted when a turn ends, so that limit is judged between turns.
+	if e.agent.current {
+		l := e.in.Runner.Loop
+		if n := e.in.Spec.MaxRepeatedFailures; n > 0 && l.RepeatedFailures >= n {
+			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonLoopDetected,
+				fmt.Sprintf("The same tool call failed %d times in a row (maxRepeatedFailures %d): %s", l.RepeatedFailures, n, clip.Marked(l.FailingCall, 256, truncated)))
+			return true
+		}
+		if n := e.in.Spec.MaxUnchangedTurns; n > 0 && l.UnchangedTurns >= n && e.in.Runner.State != agentsv1alpha1.ActivityActive {
+			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonLoopDetected,
+				fmt.Sprintf("%d turns in a row left the checkout unchanged (maxUnchangedTurns %d)", l.UnchangedTurns, n))
+			return true
+		}
+	}
 	if limit := e.in.Spec.MaxCostUSD; limit > 0 {
 		usage := e.prev.Usage
 		if e.agent.current && e.in.Runner.Usage != nil {

@@ -126,8 +126,9 @@ func (e *eval) phaseEvent(mergedEmitted bool) {
 	case agentsv1alpha1.PhaseDone:
 		p := info
 		if limitReason(e.reason) {
-			// A limit cut the work short: a human decides what becomes of it.
-			p = agentsv1alpha1.PriorityAction
+			// A limit cut the work short: a human decides what becomes of it (at once, for a
+			// runaway agent).
+			p = limitPriority(e.reason)
 		}
 		e.event(agentsv1alpha1.EventSessionDone, p, e.reason, e.message)
 	case agentsv1alpha1.PhaseErrored:
@@ -253,7 +254,7 @@ func (e *eval) builtinNotifications() {
 	case agentsv1alpha1.PhaseDone:
 		if limitReason(e.reason) {
 			e.actions = append(e.actions, Action{Type: ActionNotify, ID: id("limit"), Event: agentsv1alpha1.EventSessionDone, Reason: e.reason,
-				Priority: agentsv1alpha1.PriorityAction, Text: e.message + "; the pull request, if any, stays open for you."})
+				Priority: limitPriority(e.reason), Text: e.message + "; the pull request, if any, stays open for you."})
 		}
 	case agentsv1alpha1.PhaseMerged:
 		e.actions = append(e.actions, Action{Type: ActionNotify, ID: id("merged"), Event: agentsv1alpha1.EventPRMerged, Reason: agentsv1alpha1.ReasonPullRequestMerged,
@@ -264,5 +265,15 @@ func (e *eval) builtinNotifications() {
 // limitReason reports whether a session ended at one of its limits (maxDuration, maxTurns):
 // work cut short, which a human decides about.
 func limitReason(reason string) bool {
-	return reason == agentsv1alpha1.ReasonMaxDurationReached || reason == agentsv1alpha1.ReasonMaxTurnsReached || reason == agentsv1alpha1.ReasonMaxCostReached
+	return reason == agentsv1alpha1.ReasonMaxDurationReached || reason == agentsv1alpha1.ReasonMaxTurnsReached ||
+		reason == agentsv1alpha1.ReasonMaxCostReached || reason == agentsv1alpha1.ReasonLoopDetected
+}
+
+// limitPriority is the priority of a limit's notification: a runaway agent is escalated
+// (urgent); the other limits ask a human to decide (action).
+func limitPriority(reason string) agentsv1alpha1.Priority {
+	if reason == agentsv1alpha1.ReasonLoopDetected {
+		return agentsv1alpha1.PriorityUrgent
+	}
+	return agentsv1alpha1.PriorityAction
 }

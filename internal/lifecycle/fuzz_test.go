@@ -51,7 +51,8 @@ var fuzzSettings = []Settings{
 // fuzzInput turns bytes into the evidence of one reconcile at now.
 func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha1.SessionState, limits SpecEvidence) Input {
 	in := Input{Now: now, Generation: int64(1 + r.next()%3), Settings: settings}
-	in.Spec = SpecEvidence{State: desired, Admitted: !r.chance(5), MaxDuration: limits.MaxDuration, MaxTurns: limits.MaxTurns, MaxCostUSD: limits.MaxCostUSD}
+	in.Spec = SpecEvidence{State: desired, Admitted: !r.chance(5), MaxDuration: limits.MaxDuration, MaxTurns: limits.MaxTurns, MaxCostUSD: limits.MaxCostUSD,
+		MaxRepeatedFailures: limits.MaxRepeatedFailures, MaxUnchangedTurns: limits.MaxUnchangedTurns}
 	if r.chance(6) {
 		// The Project's budget is spent for now.
 		in.Spec.Budget = BudgetEvidence{Exhausted: "the daily budget of $5 is spent: $5.2", FinishTurn: !r.chance(3), ResetTime: now.Add(time.Hour)}
@@ -103,6 +104,9 @@ func fuzzInput(r *bytes, now time.Time, settings Settings, desired agentsv1alpha
 			if r.chance(2) {
 				in.Runner.Usage.Source, in.Runner.Usage.CostUSD = agentsv1alpha1.UsageFromProxy, pick(r, "0.5", "1.5", "3")
 			}
+		}
+		if r.chance(4) {
+			in.Runner.Loop = LoopEvidence{RepeatedFailures: int32(r.next() % 5), FailingCall: "Bash: make", UnchangedTurns: int32(r.next() % 4)}
 		}
 	}
 
@@ -195,9 +199,11 @@ func runSequence(t *testing.T, data []byte) {
 	desired := agentsv1alpha1.SessionRunning
 	// The session's limits (spec.limits over the Project's) hold for the whole sequence.
 	limits := SpecEvidence{
-		MaxDuration: pick(r, time.Duration(0), 0, 10*time.Minute, time.Hour),
-		MaxTurns:    pick(r, int32(0), 0, 1, 3),
-		MaxCostUSD:  pick(r, 0.0, 0, 0, 1.5),
+		MaxDuration:         pick(r, time.Duration(0), 0, 10*time.Minute, time.Hour),
+		MaxTurns:            pick(r, int32(0), 0, 1, 3),
+		MaxCostUSD:          pick(r, 0.0, 0, 0, 1.5),
+		MaxRepeatedFailures: pick(r, int32(0), 0, 3),
+		MaxUnchangedTurns:   pick(r, int32(0), 0, 2),
 	}
 	escalated := map[episodeKey]bool{}
 	merged := map[string]bool{}
@@ -286,7 +292,8 @@ func runSequence(t *testing.T, data []byte) {
 			t.Fatalf("step %d: %d limit notifications for %s -> %s (%s)", step, limitNotes, prev, d.Phase, d.Reason)
 		}
 		if limitReason(d.Reason) && (limits.MaxDuration == 0 && d.Reason == agentsv1alpha1.ReasonMaxDurationReached ||
-			limits.MaxTurns == 0 && d.Reason == agentsv1alpha1.ReasonMaxTurnsReached || limits.MaxCostUSD == 0 && d.Reason == agentsv1alpha1.ReasonMaxCostReached) {
+			limits.MaxTurns == 0 && d.Reason == agentsv1alpha1.ReasonMaxTurnsReached || limits.MaxCostUSD == 0 && d.Reason == agentsv1alpha1.ReasonMaxCostReached ||
+			limits.MaxRepeatedFailures == 0 && limits.MaxUnchangedTurns == 0 && d.Reason == agentsv1alpha1.ReasonLoopDetected) {
 			t.Fatalf("step %d: %s without that limit", step, d.Reason)
 		}
 		for _, a := range d.Actions {

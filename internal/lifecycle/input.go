@@ -55,6 +55,8 @@ type SpecEvidence struct {
 	MaxTurns    int32
 	// MaxCostUSD is the session's spend limit in dollars (metered usage only); zero is none.
 	MaxCostUSD float64
+	// MaxRepeatedFailures and MaxUnchangedTurns are the runaway limits; zero is none.
+	MaxRepeatedFailures, MaxUnchangedTurns int32
 	// Budget is the Project's budget as it stands now (its spend in the current windows).
 	Budget BudgetEvidence
 	// Deleting is true once the session has a deletion timestamp (it then waits on Shepherd's
@@ -171,6 +173,8 @@ type RunnerEvidence struct {
 	Summary string
 	// Usage: cost and tokens.
 	Usage *agentsv1alpha1.UsageStatus
+	// Loop is the runner's count of repeated failures and unchanged turns.
+	Loop LoopEvidence
 }
 
 // PullRequestEvidence is the session's pull request as the forge reports it.
@@ -223,6 +227,13 @@ type ReviewThread struct {
 	Line   int
 	Body   string
 	URL    string
+}
+
+// LoopEvidence is what the runner counted of an agent going round in circles.
+type LoopEvidence struct {
+	RepeatedFailures int32
+	FailingCall      string
+	UnchangedTurns   int32
 }
 
 // BudgetEvidence is the Project's budget as the controller judged it from the Project's spend.

@@ -57,6 +57,25 @@ func TestSessionLimits(t *testing.T) {
 				in.Runner.Usage = &agentsv1alpha1.UsageStatus{Turns: 3}
 			},
 			phase: agentsv1alpha1.PhaseDone, reason: agentsv1alpha1.ReasonMaxTurnsReached, message: "finished 3 turns, its maxTurns of 3"},
+		{name: "the same tool call failing maxRepeatedFailures times ends the session mid-turn",
+			setup: func(in *Input) {
+				in.Spec.MaxRepeatedFailures = 5
+				in.Runner.Loop = LoopEvidence{RepeatedFailures: 5, FailingCall: "Bash: go test ./..."}
+			},
+			phase: agentsv1alpha1.PhaseDone, reason: agentsv1alpha1.ReasonLoopDetected, message: "failed 5 times in a row (maxRepeatedFailures 5): Bash: go test ./..."},
+		{name: "fewer failures than the limit: the session goes on",
+			setup: func(in *Input) {
+				in.Spec.MaxRepeatedFailures = 5
+				in.Runner.Loop = LoopEvidence{RepeatedFailures: 4}
+			},
+			phase: agentsv1alpha1.PhaseWorking, reason: agentsv1alpha1.ReasonAgentActive},
+		{name: "maxUnchangedTurns is judged between turns",
+			setup: func(in *Input) {
+				in.Spec.MaxUnchangedTurns = 3
+				in.Runner.State = agentsv1alpha1.ActivityReady
+				in.Runner.Loop = LoopEvidence{UnchangedTurns: 3}
+			},
+			phase: agentsv1alpha1.PhaseDone, reason: agentsv1alpha1.ReasonLoopDetected, message: "3 turns in a row left the checkout unchanged"},
 		{name: "maxCostUSD reached mid-turn: the turn is not cut",
 			setup: func(in *Input) {
 				in.Spec.MaxCostUSD = 2
@@ -129,11 +148,11 @@ func TestSessionLimits(t *testing.T) {
 				HaveField("Type", ActionDeletePod), HaveField("PodUID", in.Pod.UID))), "the agent pod goes")
 			g.Expect(d.Actions).To(ContainElement(And(
 				HaveField("Type", ActionNotify), HaveField("Event", agentsv1alpha1.EventSessionDone),
-				HaveField("Priority", agentsv1alpha1.PriorityAction), HaveField("Reason", tc.reason))), "a human is told")
+				HaveField("Priority", limitPriority(tc.reason)), HaveField("Reason", tc.reason))), "a human is told")
 			g.Expect(eventTypes(d)).To(ContainElement(agentsv1alpha1.EventSessionDone))
 			for _, ev := range d.Events {
 				if ev.Type == agentsv1alpha1.EventSessionDone {
-					g.Expect(ev.Priority).To(Equal(agentsv1alpha1.PriorityAction))
+					g.Expect(ev.Priority).To(Equal(limitPriority(tc.reason)), "urgent for a runaway agent, action for the other limits")
 				}
 			}
 			if in.PullRequest.Exists {

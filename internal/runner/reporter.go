@@ -36,6 +36,7 @@ type reporter struct {
 	turns        int32
 	workspace    *runnerapi.WorkspaceReport
 	metered      *runnerapi.Metered
+	loopReport   *runnerapi.LoopReport
 	push         *runnerapi.PushReport
 	queue        []runnerapi.Report
 	dirty        bool
@@ -73,6 +74,7 @@ func (r *reporter) snapshot(withActivity bool) runnerapi.Report {
 	}
 	u.Metered = r.metered
 	rep.Usage = &u
+	rep.Loop = r.loopReport
 	rep.Workspace, rep.Push = r.workspace, r.push
 	return rep
 }

@@ -118,6 +118,8 @@ type runner struct {
 	client *runnerapi.Client
 	local  *Local
 	host   *agenthost.Client
+	// loops counts repeated tool failures and turns without a change.
+	loops loopWatch
 	// modelProxy is the model API proxy, when the Project has one.
 	modelProxy *modelproxy.Proxy
 	// localAddr is the local server's address, the agent's base URL for git and the model API.
@@ -520,6 +522,7 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 		}
 	}
 	headBefore, _ := r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "HEAD")
+	stateBefore := checkoutDigest(ctx, r.git, r.cfg.Workdir)
 	r.rep.setActivity(agentsv1alpha1.ActivityActive, "", "", nil)
 	r.tr.startTurn(prompt)
 
@@ -589,9 +592,12 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 		return 1, true, fmt.Errorf("wait for agent: %w", waitErr)
 	}
 	r.turns++
+	r.loops.turnEnded(stateBefore, checkoutDigest(ctx, r.git, r.cfg.Workdir))
+	loop := r.loops.report()
 	r.rep.update(func() {
 		r.rep.usage.Add(st.usage)
 		r.rep.turns++
+		r.rep.loopReport = loop
 		if st.result != nil && st.result.Text != "" {
 			r.rep.summary = clip.To(st.result.Text, 4096)
 		}
@@ -629,6 +635,13 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 func (r *runner) handle(ev agent.Event, st *turnState) {
 	if e, ok := transcript.FromEvent(ev); ok {
 		r.tr.add(e)
+	}
+	if ev.Kind == agent.KindToolUse || ev.Kind == agent.KindToolResult {
+		r.loops.event(ev)
+		if ev.Kind == agent.KindToolResult && ev.IsError {
+			loop := r.loops.report()
+			r.rep.update(func() { r.rep.loopReport = loop })
+		}
 	}
 	switch ev.Kind {
 	case agent.KindActivity, agent.KindToolUse, agent.KindToolResult, agent.KindText:

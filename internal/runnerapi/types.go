@@ -136,6 +136,8 @@ type Report struct {
 	Workspace *WorkspaceReport `json:"workspace,omitempty"`
 	// Push reports a pushed branch head.
 	Push *PushReport `json:"push,omitempty"`
+	// Loop counts repeated failures and turns without a change (the runaway limits).
+	Loop *LoopReport `json:"loop,omitempty"`
 }
 
 // ActivityReport mirrors api ActivityStatus.
@@ -146,6 +148,16 @@ type ActivityReport struct {
 	ExitCode         *int32                       `json:"exitCode,omitempty"`
 	// Message is the last error, or the last lines of output on exit.
 	Message string `json:"message,omitempty"`
+}
+
+// LoopReport counts what looks like an agent going round in circles.
+type LoopReport struct {
+	// RepeatedFailures is how many times in a row one tool call (the same tool and input) failed.
+	RepeatedFailures int32 `json:"repeatedFailures,omitempty"`
+	// FailingCall names that call ("Bash: go test ./..."), cut to 256 bytes.
+	FailingCall string `json:"failingCall,omitempty"`
+	// UnchangedTurns is how many turns in a row left the checkout as they found it.
+	UnchangedTurns int32 `json:"unchangedTurns,omitempty"`
 }
 
 // AgentReport is the agent's own conversation id and model.
