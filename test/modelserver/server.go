@@ -190,6 +190,13 @@ func (s *Server) Append(replies ...Reply) {
 	s.script = append(s.script, replies...)
 }
 
+// Script returns the replies scripted so far (Request.Reply indexes it).
+func (s *Server) Script() Script {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.script)
+}
+
 // Requests returns every request received, in order.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()

@@ -9,11 +9,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +26,8 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/all"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/modelproxy"
 	"github.com/shepherd-dev/shepherd/test/gitserver"
 	"github.com/shepherd-dev/shepherd/test/modelserver"
 	"github.com/shepherd-dev/shepherd/test/realagents"
@@ -183,6 +188,23 @@ func TestRealCLIs(t *testing.T) {
 				g.Expect(kinds(turn.events, agent.KindQuestion)).To(BeEmpty())
 				g.Expect(kinds(turn.events, agent.KindError)).To(BeEmpty())
 				u := usage(turn.events)
+				// Through the proxy: its count is what the server sent, request by request; the
+				// CLI's own report agrees with it within the tolerance the UsageConsistent
+				// condition allows.
+				sent, generations := sentUsage(s.server, turn.all)
+				pu := s.proxy.Usage()
+				g.Expect(pu.Requests).To(Equal(generations), "every generation request, side requests (titles) too")
+				g.Expect(pu.OutputTokens).To(Equal(sent.OutputTokens), "output tokens as sent")
+				g.Expect(pu.CacheReadTokens).To(Equal(sent.CacheReadTokens), "cache reads as sent")
+				if c.typ == agentsv1alpha1.AgentCodex {
+					// OpenAI's input_tokens include the cached ones; the proxy keeps them apart.
+					g.Expect(pu.InputTokens + pu.CacheReadTokens).To(Equal(sent.InputTokens))
+				} else {
+					g.Expect(pu.InputTokens).To(Equal(sent.InputTokens), "input as sent")
+				}
+				g.Expect(pu.Unmetered).To(BeZero())
+				g.Expect(lifecycle.UsageAgrees(int64(u.OutputTokens), pu.OutputTokens)).To(BeTrue(),
+					"the CLI reported %d output tokens, the proxy counted %d", u.OutputTokens, pu.OutputTokens)
 				g.Expect(u.InputTokens).To(BeNumerically(">", 0))
 				g.Expect(u.OutputTokens).To(BeNumerically(">", 0))
 				g.Expect(u.CacheReadTokens).To(BeNumerically(">", 0))
@@ -280,6 +302,9 @@ type session struct {
 	dir       string
 	env       []string
 	server    *modelserver.Server
+	// proxy is Shepherd's model proxy between the CLI and the server, as in a pod: its count is
+	// checked against what the server sent.
+	proxy     *modelproxy.Proxy
 	sessionID string
 	lines     [][]byte
 }
@@ -289,7 +314,8 @@ func newSession(t *testing.T, c cliCase, bin string) *session {
 	s := &session{c: c, bin: bin, dir: filepath.Join(t.TempDir(), "checkout"), server: modelserver.New(nil)}
 	g.Expect(s.server.Start("127.0.0.1:0")).To(Succeed())
 	t.Cleanup(func() { _ = s.server.Close() })
-	setup, err := realagents.ForAgent(c.typ, filepath.Join(t.TempDir(), "home"), s.server.URL())
+	s.proxy = startModelProxy(t, c.typ, s.server.URL())
+	setup, err := realagents.ForAgent(c.typ, filepath.Join(t.TempDir(), "home"), proxyURL(s.proxy))
 	g.Expect(err).NotTo(HaveOccurred())
 	// A clean environment: nothing of the caller's (API keys, config dirs) reaches the CLI.
 	s.env = []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "LANG=C.UTF-8"}
@@ -314,6 +340,8 @@ type turnResult struct {
 	stderr   string
 	events   []agent.Event
 	requests []modelserver.Request
+	// all is every request the server received in the turn, side requests too.
+	all []modelserver.Request
 }
 
 // run plays one turn: the adapter's command, run with the real CLI, against replies.
@@ -332,7 +360,8 @@ func (s *session) run(t *testing.T, fixture string, turn agent.Turn, replies ...
 	res := turnResult{}
 	res.stdout, res.stderr, res.exit = s.exec(t, cmd)
 	res.events = agent.ParseAll(a.NewParser(), bytes.NewReader(res.stdout))
-	for _, r := range s.server.Requests()[before:] {
+	res.all = s.server.Requests()[before:]
+	for _, r := range res.all {
 		if r.Reply >= 0 {
 			res.requests = append(res.requests, r)
 		}
@@ -447,4 +476,67 @@ func usage(events []agent.Event) agent.Usage {
 		u.Add(*e.Usage)
 	}
 	return u
+}
+
+// proxies maps each proxy to its base URL.
+var proxies sync.Map
+
+func proxyURL(p *modelproxy.Proxy) string { v, _ := proxies.Load(p); return v.(string) }
+
+// startModelProxy serves Shepherd's model proxy on loopback in front of upstream, with the API
+// the CLI of typ speaks, as the runner does in a pod.
+func startModelProxy(t *testing.T, typ agentsv1alpha1.AgentType, upstream string) *modelproxy.Proxy {
+	t.Helper()
+	kind := agentsv1alpha1.ModelAPIAnthropic
+	if typ == agentsv1alpha1.AgentCodex {
+		kind = agentsv1alpha1.ModelAPIOpenAI
+	}
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := modelproxy.New(modelproxy.Config{Kind: kind, Upstream: u, Key: func() (string, error) { return "sk-test-upstream", nil },
+		Transport: &http.Transport{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
+	proxies.Store(p, "http://"+l.Addr().String())
+	return p
+}
+
+// sentUsage sums the usage the server sent in answer to the generation requests among requests
+// (Messages, Responses, Chat Completions), and counts them: a scripted reply's own usage or the
+// server's default, side answers (titles) the default, an error reply none.
+func sentUsage(s *modelserver.Server, requests []modelserver.Request) (modelserver.Usage, int64) {
+	var out modelserver.Usage
+	var n int64
+	script := s.Script()
+	for _, r := range requests {
+		if r.Method != http.MethodPost || !(strings.HasSuffix(r.Path, "/messages") || strings.HasSuffix(r.Path, "/responses") || strings.HasSuffix(r.Path, "/chat/completions")) {
+			continue
+		}
+		n++
+		var u modelserver.Usage
+		if r.Reply >= 0 && r.Reply < len(script) {
+			if script[r.Reply].Error != nil {
+				continue
+			}
+			u = script[r.Reply].Usage
+		}
+		if u == (modelserver.Usage{}) {
+			u = modelserver.DefaultUsage
+		}
+		out.InputTokens += u.InputTokens
+		out.OutputTokens += u.OutputTokens
+		out.CacheReadTokens += u.CacheReadTokens
+	}
+	return out, n
 }
