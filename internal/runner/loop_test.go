@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/modelproxy"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 )
 
@@ -98,5 +100,39 @@ func TestCheckoutDigest(t *testing.T) {
 	}
 	if checkoutDigest(ctx, g, t.TempDir()) != "" {
 		t.Fatal("a directory that is not a checkout has a digest")
+	}
+}
+
+// TestMeteredFileCarriesARunnerRestart: the totals kept in the state dir after each request are
+// what a restarted runner continues from when its last report never reached the manager, and
+// the manager's word wins when it is ahead (a new volume).
+func TestMeteredFileCarriesARunnerRestart(t *testing.T) {
+	dir := t.TempDir()
+	if loadMetered(dir) != nil {
+		t.Fatal("nothing kept yet")
+	}
+	kept := modelproxy.Usage{Requests: 5, InputTokens: 500, OutputTokens: 50,
+		ByModel: map[string]modelproxy.ModelUsage{"claude-sonnet-4-5": {Requests: 5, InputTokens: 500, OutputTokens: 50}}}
+	saveMetered(dir, kept, nil)
+	got := loadMetered(dir)
+	if got == nil || got.Requests != 5 || got.ByModel["claude-sonnet-4-5"].OutputTokens != 50 {
+		t.Fatalf("kept: %+v", got)
+	}
+	reported := &runnerapi.Metered{Requests: 4, InputTokens: 400, OutputTokens: 40}
+	if c := carriedUsage(reported, got); c.Requests != 5 {
+		t.Fatalf("the file is ahead of the last report that arrived: %+v", c)
+	}
+	ahead := &runnerapi.Metered{Requests: 9, InputTokens: 900}
+	if c := carriedUsage(ahead, got); c.Requests != 9 {
+		t.Fatalf("the manager is ahead: %+v", c)
+	}
+	if c := carriedUsage(nil, nil); c != nil {
+		t.Fatalf("nothing to carry: %+v", c)
+	}
+	if err := os.WriteFile(filepath.Join(dir, meteredFile), []byte(`{"requests": -3}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if loadMetered(dir) != nil {
+		t.Fatal("a negative count is not carried")
 	}
 }

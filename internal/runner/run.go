@@ -180,6 +180,7 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	var meterTo atomic.Pointer[reporter]
 	if cfg.Model != nil {
 		if model, err = cfg.Model.proxy(func(u modelproxy.Usage) {
+			saveMetered(cfg.StateDir, u, cfg.Stderr)
 			if rep := meterTo.Load(); rep != nil {
 				rep.setMetered(u)
 			}
@@ -220,8 +221,8 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	if model != nil {
 		// Totals continue from the session's earlier pods (the manager's last word), so that a
 		// new pod or a restarted runner neither loses nor counts twice what was reported.
-		if m := r.task.Usage.Metered; m != nil {
-			if err := model.Carry(fromMetered(*m)); err != nil {
+		if m := carriedUsage(r.task.Usage.Metered, loadMetered(cfg.StateDir)); m != nil {
+			if err := model.Carry(*m); err != nil {
 				fmt.Fprintf(cfg.Stderr, "shepherd-runner: the model usage carried over was refused: %v\n", err)
 			}
 		}

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -80,4 +82,66 @@ func fromMetered(m runnerapi.Metered) modelproxy.Usage {
 		}
 	}
 	return u
+}
+
+// meteredFile keeps the model proxy's totals in the runner's state dir (on the workspace volume,
+// out of the agent's reach): a restarted runner, or the session's next pod, continues from them
+// even when its last report never reached the manager.
+const meteredFile = "metered.json"
+
+// saveMetered writes the totals after each request, atomically; a failure is logged and the
+// manager's copy (the reports) remains.
+func saveMetered(stateDir string, u modelproxy.Usage, log io.Writer) {
+	if stateDir == "" {
+		return
+	}
+	b, err := json.Marshal(u)
+	if err == nil {
+		err = os.MkdirAll(stateDir, 0o700)
+	}
+	if err == nil {
+		tmp := filepath.Join(stateDir, meteredFile+".tmp")
+		if err = os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, filepath.Join(stateDir, meteredFile))
+		}
+	}
+	if err != nil && log != nil {
+		fmt.Fprintf(log, "shepherd-runner: could not keep the model usage in %s: %v\n", stateDir, err)
+	}
+}
+
+// loadMetered reads what saveMetered kept; nil when there is nothing (or nothing readable).
+func loadMetered(stateDir string) *modelproxy.Usage {
+	if stateDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(stateDir, meteredFile))
+	if err != nil {
+		return nil
+	}
+	var u modelproxy.Usage
+	if json.Unmarshal(b, &u) != nil || u.Requests < 0 || u.InputTokens < 0 || u.OutputTokens < 0 || u.CacheReadTokens < 0 || u.CacheWriteTokens < 0 {
+		return nil
+	}
+	return &u
+}
+
+// carriedUsage is what a new runner's proxy continues from: the manager's last word or the
+// runner's own file, whichever counted more requests (the file is ahead when a report was lost;
+// the manager when the volume was replaced). Totals only grow, so more requests is newer.
+func carriedUsage(fromTask *runnerapi.Metered, fromFile *modelproxy.Usage) *modelproxy.Usage {
+	var task *modelproxy.Usage
+	if fromTask != nil {
+		u := fromMetered(*fromTask)
+		task = &u
+	}
+	switch {
+	case task == nil:
+		return fromFile
+	case fromFile == nil:
+		return task
+	case fromFile.Requests > task.Requests || fromFile.Requests == task.Requests && fromFile.Tokens() > task.Tokens():
+		return fromFile
+	}
+	return task
 }
