@@ -1088,6 +1088,9 @@ type BacklogStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.sessions.active`
 // +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.sessions.queued`
+// +kubebuilder:printcolumn:name="Today",type=string,JSONPath=`.status.spend.day.costUSD`,priority=1,description="US dollars the sessions spent today (metered)"
+// +kubebuilder:printcolumn:name="Month",type=string,JSONPath=`.status.spend.month.costUSD`,priority=1,description="US dollars the sessions spent this month (metered)"
+// +kubebuilder:printcolumn:name="Budget",type=string,JSONPath=`.status.conditions[?(@.type=="BudgetAvailable")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Project struct {
 	metav1.TypeMeta `json:",inline"`
