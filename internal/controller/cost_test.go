@@ -5,7 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	. "github.com/onsi/gomega/gstruct"
+	"github.com/onsi/gomega/gstruct"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +48,7 @@ var _ = Describe("Cost accounting", Serial, func() {
 			HaveField("Source", agentsv1alpha1.UsageFromProxy), HaveField("CostUSD", want), HaveField("Requests", int64(4)),
 			HaveField("InputTokens", int64(1_000_000)), HaveField("CacheWriteTokens", int64(10_000)), HaveField("Turns", int32(1)),
 			HaveField("PriceTable", pricing.Defaults().Date),
-			HaveField("Agent", PointTo(And(HaveField("CostUSD", "5.2"), HaveField("InputTokens", int64(990_000))))),
+			HaveField("Agent", gstruct.PointTo(And(HaveField("CostUSD", "5.2"), HaveField("InputTokens", int64(990_000))))),
 			HaveField("Models", ConsistOf(
 				And(HaveField("Model", "claude-sonnet-4-5-20250929"), HaveField("CostUSD", want), HaveField("Requests", int64(3))),
 				And(HaveField("Model", "my-llama"), HaveField("CostUSD", ""), HaveField("Requests", int64(1))),
@@ -163,7 +163,7 @@ var _ = Describe("A daily budget", Serial, func() {
 		}).Obj())
 		Eventually(func() *metav1.Condition {
 			return meta.FindStatusCondition(projectStatus(w.ns, "widgets")().Conditions, agentsv1alpha1.ConditionBudgetAvailable)
-		}).Should(PointTo(HaveField("Status", metav1.ConditionTrue)))
+		}).Should(gstruct.PointTo(HaveField("Status", metav1.ConditionTrue)))
 		a := w.agent("spender")
 		create(MakeSession(a.name, w.ns, "widgets").Prompt("Spend").Obj())
 		a.start()
@@ -176,14 +176,14 @@ var _ = Describe("A daily budget", Serial, func() {
 			ByModel: map[string]runnerapi.MeteredModel{"claude-sonnet-4-5": {Requests: 3, InputTokens: 1_000_000, OutputTokens: 100_000, CacheReadTokens: 2_000_000, CacheWriteTokens: 10_000}}}
 		a.report(agentsv1alpha1.ActivityActive, metered(m, runnerapi.Usage{Turns: 0}))
 		today := time.Now().UTC().Format("2006-01-02")
-		Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Usage.Day", PointTo(And(HaveField("Start", today), HaveField("CostUSD", "5.1375")))))
-		Eventually(func() *agentsv1alpha1.SpendStatus { return projectStatus(w.ns, "widgets")().Spend }).Should(PointTo(And(
+		Eventually(sessionStatus(w.ns, a.name)).Should(HaveField("Usage.Day", gstruct.PointTo(And(HaveField("Start", today), HaveField("CostUSD", "5.1375")))))
+		Eventually(func() *agentsv1alpha1.SpendStatus { return projectStatus(w.ns, "widgets")().Spend }).Should(gstruct.PointTo(And(
 			HaveField("Day.Start", today), HaveField("Day.CostUSD", "5.1375"),
 			HaveField("Day.ByAgent", ConsistOf(And(HaveField("Agent", "claude-code"), HaveField("CostUSD", "5.1375")))),
 			HaveField("Month.CostUSD", "5.1375"))))
 		Eventually(func() *metav1.Condition {
 			return meta.FindStatusCondition(projectStatus(w.ns, "widgets")().Conditions, agentsv1alpha1.ConditionBudgetAvailable)
-		}).Should(PointTo(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", agentsv1alpha1.ReasonBudgetExhausted),
+		}).Should(gstruct.PointTo(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", agentsv1alpha1.ReasonBudgetExhausted),
 			HaveField("Message", ContainSubstring("the daily budget of $5 is spent ($5.1375 on "+today+")")))))
 		Consistently(sessionPhase(w.ns, a.name), "2s").Should(Equal(agentsv1alpha1.PhaseWorking), "a turn is never cut")
 		Expect(projectEvents(w.ns, "widgets", agentsv1alpha1.ReasonBudgetThreshold)).To(ConsistOf(
@@ -211,7 +211,7 @@ var _ = Describe("A daily budget", Serial, func() {
 		update(projectObj(w.ns, "widgets"), func(p *agentsv1alpha1.Project) { p.Spec.Budget.TimeZone = otherDayZone() })
 		Eventually(func() *metav1.Condition {
 			return meta.FindStatusCondition(projectStatus(w.ns, "widgets")().Conditions, agentsv1alpha1.ConditionBudgetAvailable)
-		}).Should(PointTo(HaveField("Status", metav1.ConditionTrue)))
+		}).Should(gstruct.PointTo(HaveField("Status", metav1.ConditionTrue)))
 		Eventually(podExists(w.ns, b.podName())).Should(BeTrue())
 		Eventually(podExists(w.ns, a.podName())).Should(BeTrue())
 		a.start()

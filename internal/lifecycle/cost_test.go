@@ -5,7 +5,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	. "github.com/onsi/gomega/gstruct"
+	"github.com/onsi/gomega/gstruct"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -78,12 +78,12 @@ func TestWindows(t *testing.T) {
 	}
 	day1 := time.Date(2026, 12, 6, 22, 0, 0, 0, time.UTC)
 	a := withWindows(u("1", 100), nil, day1, nil)
-	g.Expect(a.Day).To(PointTo(Equal(agentsv1alpha1.SpendWindow{Start: "2026-12-06", CostUSD: "1", Tokens: 100})))
+	g.Expect(a.Day).To(gstruct.PointTo(Equal(agentsv1alpha1.SpendWindow{Start: "2026-12-06", CostUSD: "1", Tokens: 100})))
 	b := withWindows(u("1.5", 150), a, day1.Add(time.Hour), nil)
-	g.Expect(b.Day).To(PointTo(Equal(agentsv1alpha1.SpendWindow{Start: "2026-12-06", CostUSD: "1.5", Tokens: 150})))
+	g.Expect(b.Day).To(gstruct.PointTo(Equal(agentsv1alpha1.SpendWindow{Start: "2026-12-06", CostUSD: "1.5", Tokens: 150})))
 	c := withWindows(u("2.25", 200), b, day1.Add(3*time.Hour), nil) // 01:00 on the 7th
-	g.Expect(c.Day).To(PointTo(Equal(agentsv1alpha1.SpendWindow{Start: "2026-12-07", CostUSD: "0.75", Tokens: 50})))
-	g.Expect(c.Month).To(PointTo(Equal(agentsv1alpha1.SpendWindow{Start: "2026-12", CostUSD: "2.25", Tokens: 200})))
+	g.Expect(c.Day).To(gstruct.PointTo(Equal(agentsv1alpha1.SpendWindow{Start: "2026-12-07", CostUSD: "0.75", Tokens: 50})))
+	g.Expect(c.Month).To(gstruct.PointTo(Equal(agentsv1alpha1.SpendWindow{Start: "2026-12", CostUSD: "2.25", Tokens: 200})))
 	tokyo, _ := time.LoadLocation("Asia/Tokyo")
 	g.Expect(withWindows(u("1", 1), nil, day1, tokyo).Day.Start).To(Equal("2026-12-07"), "22:00 UTC is the next morning in Tokyo")
 	g.Expect(withWindows(u("0.5", 1), c, day1.Add(4*time.Hour), nil).Day.CostUSD).To(Equal("0.75"), "a count that went down adds nothing")

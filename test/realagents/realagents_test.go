@@ -203,7 +203,7 @@ func TestRealCLIs(t *testing.T) {
 					g.Expect(pu.InputTokens).To(Equal(sent.InputTokens), "input as sent")
 				}
 				g.Expect(pu.Unmetered).To(BeZero())
-				g.Expect(lifecycle.UsageAgrees(int64(u.OutputTokens), pu.OutputTokens)).To(BeTrue(),
+				g.Expect(lifecycle.UsageAgrees(u.OutputTokens, pu.OutputTokens)).To(BeTrue(),
 					"the CLI reported %d output tokens, the proxy counted %d", u.OutputTokens, pu.OutputTokens)
 				g.Expect(u.InputTokens).To(BeNumerically(">", 0))
 				g.Expect(u.OutputTokens).To(BeNumerically(">", 0))
@@ -297,11 +297,11 @@ func install(t *testing.T) string {
 
 // session is one CLI's conversation: its checkout, HOME and model server.
 type session struct {
-	c         cliCase
-	bin       string
-	dir       string
-	env       []string
-	server    *modelserver.Server
+	c      cliCase
+	bin    string
+	dir    string
+	env    []string
+	server *modelserver.Server
 	// proxy is Shepherd's model proxy between the CLI and the server, as in a pod: its count is
 	// checked against what the server sent.
 	proxy     *modelproxy.Proxy
@@ -507,7 +507,12 @@ func startModelProxy(t *testing.T, typ agentsv1alpha1.AgentType, upstream string
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 	proxies.Store(p, "http://"+l.Addr().String())
 	return p
 }
@@ -520,7 +525,8 @@ func sentUsage(s *modelserver.Server, requests []modelserver.Request) (modelserv
 	var n int64
 	script := s.Script()
 	for _, r := range requests {
-		if r.Method != http.MethodPost || !(strings.HasSuffix(r.Path, "/messages") || strings.HasSuffix(r.Path, "/responses") || strings.HasSuffix(r.Path, "/chat/completions")) {
+		generation := strings.HasSuffix(r.Path, "/messages") || strings.HasSuffix(r.Path, "/responses") || strings.HasSuffix(r.Path, "/chat/completions")
+		if r.Method != http.MethodPost || !generation {
 			continue
 		}
 		n++
