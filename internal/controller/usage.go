@@ -34,7 +34,7 @@ func usageStatus(u *runnerapi.Usage, prices pricing.Table) *agentsv1alpha1.Usage
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	total := 0.0
+	total, priced := 0.0, false
 	for i, n := range names {
 		if i == 33 {
 			break // the proxy keeps 32 names and "other"; a status holds no more
@@ -44,12 +44,15 @@ func usageStatus(u *runnerapi.Usage, prices pricing.Table) *agentsv1alpha1.Usage
 			CacheReadTokens: x.CacheReadTokens, CacheWriteTokens: x.CacheWriteTokens}
 		if p, ok := prices.Lookup(n); ok {
 			c := p.Cost(pricing.Tokens{Input: x.InputTokens, Output: x.OutputTokens, CacheRead: x.CacheReadTokens, CacheWrite: x.CacheWriteTokens})
-			total += c
+			total, priced = total+c, true
 			ms.CostUSD = pricing.Format(c)
 		}
 		st.Models = append(st.Models, ms)
 	}
-	st.CostUSD = pricing.Format(total)
+	// No priced model: the cost is unknown, not zero (CostKnown says which models lack a price).
+	if priced {
+		st.CostUSD = pricing.Format(total)
+	}
 	return st
 }
 

@@ -220,11 +220,15 @@ func realAgentSession(ctx context.Context, c *cluster, a realAgent, steer steerF
 		g.Expect(s.Status.Usage.Turns).To(Equal(int32(1)))
 		g.Expect(s.Status.Usage.InputTokens).To(BeNumerically(">", 0))
 		g.Expect(s.Status.Usage.OutputTokens).To(BeNumerically(">", 0))
+		// The runner's model proxy counted the turn; the CLI's own report is kept beside it.
+		g.Expect(s.Status.Usage.Source).To(Equal(agentsv1alpha1.UsageFromProxy))
+		g.Expect(s.Status.Usage.Requests).To(BeNumerically(">", 0))
+		g.Expect(s.Status.Usage.Agent).NotTo(BeNil(), "the CLI's own report")
 		switch a.cost {
 		case "printed":
-			g.Expect(s.Status.Usage.CostUSD).NotTo(BeEmpty(), "the cost the CLI printed")
+			g.Expect(s.Status.Usage.Agent.CostUSD).NotTo(BeEmpty(), "the cost the CLI printed")
 		case "none":
-			g.Expect(s.Status.Usage.CostUSD).To(BeEmpty(), "the CLI prints no cost")
+			g.Expect(s.Status.Usage.Agent.CostUSD).To(BeEmpty(), "the CLI prints no cost")
 		}
 	}).WithTimeout(time.Minute).WithPolling(500*time.Millisecond).Should(Succeed(), func() string { return diagnose(ctx, c, key) })
 	turns := p.model.Turns()
