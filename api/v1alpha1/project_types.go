@@ -985,6 +985,25 @@ type SpendWindow struct {
 	// +listMapKey=agent
 	// +kubebuilder:validation:MaxItems=16
 	ByAgent []AgentSpend `json:"byAgent,omitempty"`
+	// ByModel splits the window's spend by model (as the requests named it).
+	// +optional
+	// +listType=map
+	// +listMapKey=model
+	// +kubebuilder:validation:MaxItems=33
+	ByModel []ModelSpend `json:"byModel,omitempty"`
+}
+
+// ModelSpend is one model's share of a window.
+type ModelSpend struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	Model string `json:"model"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	CostUSD string `json:"costUSD,omitempty"`
+	// +optional
+	Tokens int64 `json:"tokens,omitempty"`
 }
 
 // AgentSpend is one agent type's share of a window.

@@ -41,19 +41,26 @@ func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *ti
 		cost   float64
 		tokens int64
 		agents map[string]*acc
+		models map[string]*acc
 	}
-	d, m := &acc{agents: map[string]*acc{}}, &acc{agents: map[string]*acc{}}
+	d, m := &acc{agents: map[string]*acc{}, models: map[string]*acc{}}, &acc{agents: map[string]*acc{}, models: map[string]*acc{}}
+	bump := func(in map[string]*acc, key string, cost float64, tokens int64) {
+		x := in[key]
+		if x == nil {
+			x = &acc{}
+			in[key] = x
+		}
+		x.cost += cost
+		x.tokens += tokens
+	}
 	add := func(a *acc, agent string, w *agentsv1alpha1.SpendWindow) {
 		c := lifecycle.ParseUSD(w.CostUSD)
 		a.cost += c
 		a.tokens += w.Tokens
-		x := a.agents[agent]
-		if x == nil {
-			x = &acc{}
-			a.agents[agent] = x
+		bump(a.agents, agent, c, w.Tokens)
+		for _, x := range w.ByModel {
+			bump(a.models, x.Model, lifecycle.ParseUSD(x.CostUSD), x.Tokens)
 		}
-		x.cost += c
-		x.tokens += w.Tokens
 	}
 	for i := range sessions {
 		u := sessions[i].Status.Usage
@@ -83,6 +90,17 @@ func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *ti
 				break
 			}
 			w.ByAgent = append(w.ByAgent, agentsv1alpha1.AgentSpend{Agent: n, CostUSD: lifecycle.FormatUSD(a.agents[n].cost), Tokens: a.agents[n].tokens})
+		}
+		models := make([]string, 0, len(a.models))
+		for n := range a.models {
+			models = append(models, n)
+		}
+		sort.Strings(models)
+		for i, n := range models {
+			if i == 33 {
+				break // sessions' names are the proxy's, sanitized; a Project of many agents keeps the first 33
+			}
+			w.ByModel = append(w.ByModel, agentsv1alpha1.ModelSpend{Model: n, CostUSD: lifecycle.FormatUSD(a.models[n].cost), Tokens: a.models[n].tokens})
 		}
 		return w
 	}

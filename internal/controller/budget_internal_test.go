@@ -54,7 +54,8 @@ func TestProjectSpend(t *testing.T) {
 		var s agentsv1alpha1.AgentSession
 		s.Status.Agent.Type = agentsv1alpha1.AgentType(agent)
 		s.Status.Usage = &agentsv1alpha1.UsageStatus{Source: agentsv1alpha1.UsageFromProxy,
-			Day: &agentsv1alpha1.SpendWindow{Start: day, CostUSD: dayCost, Tokens: tokens}, Month: &agentsv1alpha1.SpendWindow{Start: month, CostUSD: monthCost, Tokens: tokens}}
+			Day:   &agentsv1alpha1.SpendWindow{Start: day, CostUSD: dayCost, Tokens: tokens, ByModel: []agentsv1alpha1.ModelSpend{{Model: agent + "-model", CostUSD: dayCost, Tokens: tokens}}},
+			Month: &agentsv1alpha1.SpendWindow{Start: month, CostUSD: monthCost, Tokens: tokens, ByModel: []agentsv1alpha1.ModelSpend{{Model: agent + "-model", CostUSD: monthCost, Tokens: tokens}}}}
 		return s
 	}
 	got := projectSpend([]agentsv1alpha1.AgentSession{
@@ -72,6 +73,10 @@ func TestProjectSpend(t *testing.T) {
 	}
 	if len(got.Day.ByAgent) != 2 || got.Day.ByAgent[0].Agent != "claude-code" || got.Day.ByAgent[0].CostUSD != "1.5" || got.Day.ByAgent[1].CostUSD != "0.25" {
 		t.Errorf("by agent: %+v", got.Day.ByAgent)
+	}
+	if len(got.Month.ByModel) != 2 || got.Month.ByModel[0] != (agentsv1alpha1.ModelSpend{Model: "claude-code-model", CostUSD: "12", Tokens: 1000}) ||
+		got.Month.ByModel[1] != (agentsv1alpha1.ModelSpend{Model: "codex-model", CostUSD: "0.25", Tokens: 10}) {
+		t.Errorf("by model: %+v", got.Month.ByModel)
 	}
 }
 

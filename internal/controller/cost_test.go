@@ -180,6 +180,7 @@ var _ = Describe("A daily budget", Serial, func() {
 		Eventually(func() *agentsv1alpha1.SpendStatus { return projectStatus(w.ns, "widgets")().Spend }).Should(gstruct.PointTo(And(
 			HaveField("Day.Start", today), HaveField("Day.CostUSD", "5.1375"),
 			HaveField("Day.ByAgent", ConsistOf(And(HaveField("Agent", "claude-code"), HaveField("CostUSD", "5.1375")))),
+			HaveField("Day.ByModel", ConsistOf(agentsv1alpha1.ModelSpend{Model: "claude-sonnet-4-5", CostUSD: "5.1375", Tokens: 3_110_000})),
 			HaveField("Month.CostUSD", "5.1375"))))
 		Eventually(func() *metav1.Condition {
 			return meta.FindStatusCondition(projectStatus(w.ns, "widgets")().Conditions, agentsv1alpha1.ConditionBudgetAvailable)

@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -32,19 +34,54 @@ func withWindows(next, prev *agentsv1alpha1.UsageStatus, now time.Time, loc *tim
 	}
 	dCost := max(0, ParseUSD(next.CostUSD)-ParseUSD(p.CostUSD))
 	dTokens := max(0, totalTokens(next)-totalTokens(&p))
-	next.Day = addToWindow(p.Day, DayKey(now, loc), dCost, dTokens)
-	next.Month = addToWindow(p.Month, MonthKey(now, loc), dCost, dTokens)
+	// Each model's increase too, so that the Project can say what each model cost.
+	prevModels := map[string]agentsv1alpha1.ModelUsageStatus{}
+	for _, m := range p.Models {
+		prevModels[m.Model] = m
+	}
+	var dModels []agentsv1alpha1.ModelSpend
+	for _, m := range next.Models {
+		pm := prevModels[m.Model]
+		c := max(0, ParseUSD(m.CostUSD)-ParseUSD(pm.CostUSD))
+		t := max(0, modelTokens(m)-modelTokens(pm))
+		if c > 0 || t > 0 {
+			dModels = append(dModels, agentsv1alpha1.ModelSpend{Model: m.Model, CostUSD: FormatUSD(c), Tokens: t})
+		}
+	}
+	next.Day = addToWindow(p.Day, DayKey(now, loc), dCost, dTokens, dModels)
+	next.Month = addToWindow(p.Month, MonthKey(now, loc), dCost, dTokens, dModels)
 	return next
 }
 
-func addToWindow(w *agentsv1alpha1.SpendWindow, key string, cost float64, tokens int64) *agentsv1alpha1.SpendWindow {
+// maxWindowModels bounds a window's split by model (the proxy keeps 32 names and "other").
+const maxWindowModels = 33
+
+func addToWindow(w *agentsv1alpha1.SpendWindow, key string, cost float64, tokens int64, models []agentsv1alpha1.ModelSpend) *agentsv1alpha1.SpendWindow {
 	out := agentsv1alpha1.SpendWindow{Start: key}
 	if w != nil && w.Start == key {
 		out.CostUSD, out.Tokens = w.CostUSD, w.Tokens
+		out.ByModel = append([]agentsv1alpha1.ModelSpend(nil), w.ByModel...)
 	}
 	out.CostUSD = FormatUSD(ParseUSD(out.CostUSD) + cost)
 	out.Tokens += tokens
+	for _, d := range models {
+		i := slices.IndexFunc(out.ByModel, func(m agentsv1alpha1.ModelSpend) bool { return m.Model == d.Model })
+		if i < 0 {
+			if len(out.ByModel) >= maxWindowModels {
+				continue
+			}
+			out.ByModel = append(out.ByModel, agentsv1alpha1.ModelSpend{Model: d.Model, CostUSD: "0"})
+			i = len(out.ByModel) - 1
+		}
+		out.ByModel[i].CostUSD = FormatUSD(ParseUSD(out.ByModel[i].CostUSD) + ParseUSD(d.CostUSD))
+		out.ByModel[i].Tokens += d.Tokens
+	}
+	sort.Slice(out.ByModel, func(i, j int) bool { return out.ByModel[i].Model < out.ByModel[j].Model })
 	return &out
+}
+
+func modelTokens(m agentsv1alpha1.ModelUsageStatus) int64 {
+	return m.InputTokens + m.OutputTokens + m.CacheReadTokens + m.CacheWriteTokens
 }
 
 func totalTokens(u *agentsv1alpha1.UsageStatus) int64 {

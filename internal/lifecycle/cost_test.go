@@ -89,3 +89,21 @@ func TestWindows(t *testing.T) {
 	g.Expect(withWindows(u("0.5", 1), c, day1.Add(4*time.Hour), nil).Day.CostUSD).To(Equal("0.75"), "a count that went down adds nothing")
 	g.Expect(withWindows(&agentsv1alpha1.UsageStatus{CostUSD: "3"}, nil, day1, nil).Day).To(BeNil(), "an agent's own report has no windows")
 }
+
+// TestWindowsByModel: each model's increase lands in the window too.
+func TestWindowsByModel(t *testing.T) {
+	g := NewWithT(t)
+	day := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	u := func(models ...agentsv1alpha1.ModelUsageStatus) *agentsv1alpha1.UsageStatus {
+		return &agentsv1alpha1.UsageStatus{Source: agentsv1alpha1.UsageFromProxy, Models: models}
+	}
+	a := withWindows(u(agentsv1alpha1.ModelUsageStatus{Model: "claude-sonnet-4-5", InputTokens: 100, CostUSD: "1"}), nil, day, nil)
+	b := withWindows(u(agentsv1alpha1.ModelUsageStatus{Model: "claude-sonnet-4-5", InputTokens: 150, CostUSD: "1.5"},
+		agentsv1alpha1.ModelUsageStatus{Model: "my-llama", OutputTokens: 7}), a, day.Add(time.Hour), nil)
+	g.Expect(b.Day.ByModel).To(Equal([]agentsv1alpha1.ModelSpend{
+		{Model: "claude-sonnet-4-5", CostUSD: "1.5", Tokens: 150}, {Model: "my-llama", CostUSD: "0", Tokens: 7}}))
+	next := withWindows(u(agentsv1alpha1.ModelUsageStatus{Model: "claude-sonnet-4-5", InputTokens: 170, CostUSD: "1.7"},
+		agentsv1alpha1.ModelUsageStatus{Model: "my-llama", OutputTokens: 7}), b, day.Add(24*time.Hour), nil)
+	g.Expect(next.Day.ByModel).To(Equal([]agentsv1alpha1.ModelSpend{{Model: "claude-sonnet-4-5", CostUSD: "0.2", Tokens: 20}}), "a new day")
+	g.Expect(next.Month.ByModel).To(HaveLen(2), "the month goes on")
+}
