@@ -25,6 +25,7 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/gitref"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
 )
@@ -615,7 +616,7 @@ func sessionLimits(p *agentsv1alpha1.Project, sess *agentsv1alpha1.AgentSession)
 			n = *l.MaxTurns
 		}
 		if l != nil && l.MaxCostUSD != "" {
-			cost = lifecycle.ParseUSD(l.MaxCostUSD)
+			cost = pricing.ParseUSD(l.MaxCostUSD)
 		}
 		if l != nil && l.MaxRepeatedFailures != nil {
 			fails = *l.MaxRepeatedFailures

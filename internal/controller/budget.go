@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +19,7 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/notify"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 )
 
 // budgetZone is the Project's budget time zone: spec.budget.timeZone, else UTC. An unknown name
@@ -25,12 +28,29 @@ func budgetZone(p *agentsv1alpha1.Project) (*time.Location, error) {
 	if p == nil || p.Spec.Budget == nil || p.Spec.Budget.TimeZone == "" || p.Spec.Budget.TimeZone == "UTC" {
 		return time.UTC, nil
 	}
-	loc, err := time.LoadLocation(p.Spec.Budget.TimeZone)
+	name := p.Spec.Budget.TimeZone
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
 	if err != nil {
-		return time.UTC, fmt.Errorf("spec.budget.timeZone %q is not an IANA time zone (such as Europe/Berlin or UTC): %w", p.Spec.Budget.TimeZone, err)
+		return time.UTC, fmt.Errorf("spec.budget.timeZone %q is not an IANA time zone (such as Europe/Berlin or UTC): %w", name, err)
+	}
+	if n := zoneCount.Add(1); n <= maxZones {
+		zones.Store(name, loc)
 	}
 	return loc, nil
 }
+
+// zones caches loaded time zones: every session of a budgeted Project asks on every decision, and
+// loading one reads the zone database. Only valid names are kept, at most maxZones (there are
+// about 600), so a spec cannot grow it without bound.
+var (
+	zones     sync.Map
+	zoneCount atomic.Int32
+)
+
+const maxZones = 1024
 
 // projectSpend sums the sessions' spend in the day and month of now (in loc): each session keeps
 // its own windows (status.usage.day and .month, metered), and a window of another day counts
@@ -54,12 +74,12 @@ func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *ti
 		x.tokens += tokens
 	}
 	add := func(a *acc, agent string, w *agentsv1alpha1.SpendWindow) {
-		c := lifecycle.ParseUSD(w.CostUSD)
+		c := pricing.ParseUSD(w.CostUSD)
 		a.cost += c
 		a.tokens += w.Tokens
 		bump(a.agents, agent, c, w.Tokens)
 		for _, x := range w.ByModel {
-			bump(a.models, x.Model, lifecycle.ParseUSD(x.CostUSD), x.Tokens)
+			bump(a.models, x.Model, pricing.ParseUSD(x.CostUSD), x.Tokens)
 		}
 	}
 	for i := range sessions {
@@ -79,7 +99,7 @@ func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *ti
 		}
 	}
 	window := func(start string, a *acc) agentsv1alpha1.SpendWindow {
-		w := agentsv1alpha1.SpendWindow{Start: start, CostUSD: lifecycle.FormatUSD(a.cost), Tokens: a.tokens}
+		w := agentsv1alpha1.SpendWindow{Start: start, CostUSD: pricing.Format(a.cost), Tokens: a.tokens}
 		names := make([]string, 0, len(a.agents))
 		for n := range a.agents {
 			names = append(names, n)
@@ -89,7 +109,7 @@ func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *ti
 			if i == 16 {
 				break
 			}
-			w.ByAgent = append(w.ByAgent, agentsv1alpha1.AgentSpend{Agent: n, CostUSD: lifecycle.FormatUSD(a.agents[n].cost), Tokens: a.agents[n].tokens})
+			w.ByAgent = append(w.ByAgent, agentsv1alpha1.AgentSpend{Agent: n, CostUSD: pricing.Format(a.agents[n].cost), Tokens: a.agents[n].tokens})
 		}
 		models := make([]string, 0, len(a.models))
 		for n := range a.models {
@@ -100,7 +120,7 @@ func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *ti
 			if i == 33 {
 				break // sessions' names are the proxy's, sanitized; a Project of many agents keeps the first 33
 			}
-			w.ByModel = append(w.ByModel, agentsv1alpha1.ModelSpend{Model: n, CostUSD: lifecycle.FormatUSD(a.models[n].cost), Tokens: a.models[n].tokens})
+			w.ByModel = append(w.ByModel, agentsv1alpha1.ModelSpend{Model: n, CostUSD: pricing.Format(a.models[n].cost), Tokens: a.models[n].tokens})
 		}
 		return w
 	}
@@ -114,12 +134,10 @@ func budgetState(b *agentsv1alpha1.BudgetSpec, spend *agentsv1alpha1.SpendStatus
 	if b == nil || spend == nil {
 		return "", time.Time{}
 	}
-	local := now.In(loc)
-	nextDay := time.Date(local.Year(), local.Month(), local.Day()+1, 0, 0, 0, 0, loc)
-	nextMonth := time.Date(local.Year(), local.Month()+1, 1, 0, 0, 0, 0, loc)
+	nextDay, nextMonth := windowEnds(now, loc)
 	var why []string
 	if spend.Month.Start == lifecycle.MonthKey(now, loc) {
-		if b.MonthlyUSD != "" && lifecycle.ParseUSD(spend.Month.CostUSD) >= lifecycle.ParseUSD(b.MonthlyUSD) {
+		if b.MonthlyUSD != "" && pricing.ParseUSD(spend.Month.CostUSD) >= pricing.ParseUSD(b.MonthlyUSD) {
 			why = append(why, fmt.Sprintf("the monthly budget of $%s is spent ($%s in %s)", b.MonthlyUSD, spend.Month.CostUSD, spend.Month.Start))
 		}
 		if b.MonthlyTokens != nil && spend.Month.Tokens >= *b.MonthlyTokens {
@@ -131,7 +149,7 @@ func budgetState(b *agentsv1alpha1.BudgetSpec, spend *agentsv1alpha1.SpendStatus
 	}
 	if spend.Day.Start == lifecycle.DayKey(now, loc) {
 		n := len(why)
-		if b.DailyUSD != "" && lifecycle.ParseUSD(spend.Day.CostUSD) >= lifecycle.ParseUSD(b.DailyUSD) {
+		if b.DailyUSD != "" && pricing.ParseUSD(spend.Day.CostUSD) >= pricing.ParseUSD(b.DailyUSD) {
 			why = append(why, fmt.Sprintf("the daily budget of $%s is spent ($%s on %s)", b.DailyUSD, spend.Day.CostUSD, spend.Day.Start))
 		}
 		if b.DailyTokens != nil && spend.Day.Tokens >= *b.DailyTokens {
@@ -251,7 +269,7 @@ func budgetNotice(b *agentsv1alpha1.BudgetSpec, prev, spend *agentsv1alpha1.Spen
 			return
 		}
 		var hit []string
-		if c := lifecycle.ParseUSD(capUSD); capUSD != "" && c > 0 && lifecycle.ParseUSD(w.CostUSD) >= share*c {
+		if c := pricing.ParseUSD(capUSD); capUSD != "" && c > 0 && pricing.ParseUSD(w.CostUSD) >= share*c {
 			hit = append(hit, fmt.Sprintf("$%s of the %s budget of $%s", w.CostUSD, kind, capUSD))
 		}
 		if capTokens != nil && float64(w.Tokens) >= share*float64(*capTokens) {
@@ -272,4 +290,11 @@ func budgetNotice(b *agentsv1alpha1.BudgetSpec, prev, spend *agentsv1alpha1.Spen
 		return ""
 	}
 	return fmt.Sprintf("Project budget at %d%%: %s. At the cap new sessions wait until the window ends.", pct, strings.Join(msgs, "; "))
+}
+
+// windowEnds is when the day and the month of now end, in loc.
+func windowEnds(now time.Time, loc *time.Location) (day, month time.Time) {
+	local := now.In(loc)
+	return time.Date(local.Year(), local.Month(), local.Day()+1, 0, 0, 0, 0, loc),
+		time.Date(local.Year(), local.Month()+1, 1, 0, 0, 0, 0, loc)
 }

@@ -109,3 +109,28 @@ func TestBudgetNotice(t *testing.T) {
 		t.Errorf("notifyAtPercent 100: %q", msg)
 	}
 }
+
+func TestBudgetZone(t *testing.T) {
+	p := func(zone string) *agentsv1alpha1.Project {
+		return &agentsv1alpha1.Project{Spec: agentsv1alpha1.ProjectSpec{Budget: &agentsv1alpha1.BudgetSpec{DailyUSD: "1", TimeZone: zone}}}
+	}
+	for range 2 { // the second time from the cache
+		loc, err := budgetZone(p("Asia/Tokyo"))
+		if err != nil || loc.String() != "Asia/Tokyo" {
+			t.Fatalf("Asia/Tokyo: %v, %v", loc, err)
+		}
+	}
+	if _, ok := zones.Load("Asia/Tokyo"); !ok {
+		t.Error("a valid zone is cached")
+	}
+	loc, err := budgetZone(p("Mars/Olympus"))
+	if err == nil || loc != time.UTC || !strings.Contains(err.Error(), "not an IANA time zone") {
+		t.Errorf("an unknown zone: %v, %v", loc, err)
+	}
+	if _, ok := zones.Load("Mars/Olympus"); ok {
+		t.Error("an unknown zone is not cached")
+	}
+	if loc, err := budgetZone(nil); loc != time.UTC || err != nil {
+		t.Errorf("no budget: %v, %v", loc, err)
+	}
+}

@@ -121,8 +121,8 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		if p.Spec.Budget != nil {
 			// The windows roll over at midnight in the budget's zone: look again then.
 			loc, _ := budgetZone(p)
-			local := s.now.In(loc)
-			next := time.Date(local.Year(), local.Month(), local.Day()+1, 0, 0, 1, 0, loc).Sub(s.now)
+			end, _ := windowEnds(s.now, loc)
+			next := end.Add(time.Second).Sub(s.now)
 			if s.requeue == 0 || next < s.requeue {
 				s.requeue = next
 			}

@@ -3,10 +3,10 @@ package lifecycle
 import (
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 )
 
 // DayKey and MonthKey name the calendar day ("2026-12-06") and month ("2026-12") of t in loc
@@ -32,7 +32,7 @@ func withWindows(next, prev *agentsv1alpha1.UsageStatus, now time.Time, loc *tim
 	if prev != nil && prev.Source == agentsv1alpha1.UsageFromProxy {
 		p = *prev
 	}
-	dCost := max(0, ParseUSD(next.CostUSD)-ParseUSD(p.CostUSD))
+	dCost := max(0, pricing.ParseUSD(next.CostUSD)-pricing.ParseUSD(p.CostUSD))
 	dTokens := max(0, totalTokens(next)-totalTokens(&p))
 	// Each model's increase too, so that the Project can say what each model cost.
 	prevModels := map[string]agentsv1alpha1.ModelUsageStatus{}
@@ -42,10 +42,10 @@ func withWindows(next, prev *agentsv1alpha1.UsageStatus, now time.Time, loc *tim
 	var dModels []agentsv1alpha1.ModelSpend
 	for _, m := range next.Models {
 		pm := prevModels[m.Model]
-		c := max(0, ParseUSD(m.CostUSD)-ParseUSD(pm.CostUSD))
+		c := max(0, pricing.ParseUSD(m.CostUSD)-pricing.ParseUSD(pm.CostUSD))
 		t := max(0, modelTokens(m)-modelTokens(pm))
 		if c > 0 || t > 0 {
-			dModels = append(dModels, agentsv1alpha1.ModelSpend{Model: m.Model, CostUSD: FormatUSD(c), Tokens: t})
+			dModels = append(dModels, agentsv1alpha1.ModelSpend{Model: m.Model, CostUSD: pricing.Format(c), Tokens: t})
 		}
 	}
 	next.Day = addToWindow(p.Day, DayKey(now, loc), dCost, dTokens, dModels)
@@ -62,7 +62,7 @@ func addToWindow(w *agentsv1alpha1.SpendWindow, key string, cost float64, tokens
 		out.CostUSD, out.Tokens = w.CostUSD, w.Tokens
 		out.ByModel = append([]agentsv1alpha1.ModelSpend(nil), w.ByModel...)
 	}
-	out.CostUSD = FormatUSD(ParseUSD(out.CostUSD) + cost)
+	out.CostUSD = pricing.Format(pricing.ParseUSD(out.CostUSD) + cost)
 	out.Tokens += tokens
 	for _, d := range models {
 		i := slices.IndexFunc(out.ByModel, func(m agentsv1alpha1.ModelSpend) bool { return m.Model == d.Model })
@@ -73,7 +73,7 @@ func addToWindow(w *agentsv1alpha1.SpendWindow, key string, cost float64, tokens
 			out.ByModel = append(out.ByModel, agentsv1alpha1.ModelSpend{Model: d.Model, CostUSD: "0"})
 			i = len(out.ByModel) - 1
 		}
-		out.ByModel[i].CostUSD = FormatUSD(ParseUSD(out.ByModel[i].CostUSD) + ParseUSD(d.CostUSD))
+		out.ByModel[i].CostUSD = pricing.Format(pricing.ParseUSD(out.ByModel[i].CostUSD) + pricing.ParseUSD(d.CostUSD))
 		out.ByModel[i].Tokens += d.Tokens
 	}
 	sort.Slice(out.ByModel, func(i, j int) bool { return out.ByModel[i].Model < out.ByModel[j].Model })
@@ -86,28 +86,4 @@ func modelTokens(m agentsv1alpha1.ModelUsageStatus) int64 {
 
 func totalTokens(u *agentsv1alpha1.UsageStatus) int64 {
 	return u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
-}
-
-// ParseUSD reads the API's decimal dollars; anything else is 0.
-func ParseUSD(s string) float64 {
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 {
-		return 0
-	}
-	return v
-}
-
-// FormatUSD writes dollars as the API's decimal string, six decimals at most.
-func FormatUSD(v float64) string {
-	if v <= 0 {
-		return "0"
-	}
-	s := strconv.FormatFloat(v, 'f', 6, 64)
-	for len(s) > 1 && s[len(s)-1] == '0' {
-		s = s[:len(s)-1]
-	}
-	if s[len(s)-1] == '.' {
-		s = s[:len(s)-1]
-	}
-	return s
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shepherd-dev/shepherd/internal/clip"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -293,10 +294,10 @@ func (e *eval) limitReached() bool {
 		if e.agent.current && e.in.Runner.Usage != nil {
 			usage = e.in.Runner.Usage
 		}
-		if usage != nil && usage.Source == agentsv1alpha1.UsageFromProxy && ParseUSD(usage.CostUSD) >= limit &&
+		if usage != nil && usage.Source == agentsv1alpha1.UsageFromProxy && pricing.ParseUSD(usage.CostUSD) >= limit &&
 			e.in.Runner.State != agentsv1alpha1.ActivityActive && e.in.Runner.State != agentsv1alpha1.ActivityBlocked {
 			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonMaxCostReached,
-				fmt.Sprintf("The session spent $%s, its maxCostUSD of $%s", usage.CostUSD, FormatUSD(limit)))
+				fmt.Sprintf("The session spent $%s, its maxCostUSD of $%s", usage.CostUSD, pricing.Format(limit)))
 			return true
 		}
 	}

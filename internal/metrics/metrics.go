@@ -14,13 +14,13 @@
 package metrics
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/pricing"
 )
 
 // Checkout says how the checkout an agent first ran in was made; it labels the time to running.
@@ -273,7 +273,7 @@ func (m *Metrics) observeModels(agent, configured string, before, after *agentsv
 	for _, x := range after.Models {
 		p := prev[x.Model]
 		label := modelLabel(configured, x.Model)
-		if d := parseUSD(x.CostUSD) - parseUSD(p.CostUSD); d > 0 {
+		if d := pricing.ParseUSD(x.CostUSD) - pricing.ParseUSD(p.CostUSD); d > 0 {
 			m.AgentCost.WithLabelValues(agent, label).Add(d)
 		}
 		m.addTokens(agent, label, x.InputTokens-p.InputTokens, x.OutputTokens-p.OutputTokens, x.CacheReadTokens-p.CacheReadTokens, x.CacheWriteTokens-p.CacheWriteTokens)
@@ -301,7 +301,7 @@ func (m *Metrics) observeUsage(a, model string, before, after *agentsv1alpha1.Us
 	if before != nil {
 		prev = *before
 	}
-	if d := parseUSD(after.CostUSD) - parseUSD(prev.CostUSD); d > 0 {
+	if d := pricing.ParseUSD(after.CostUSD) - pricing.ParseUSD(prev.CostUSD); d > 0 {
 		m.AgentCost.WithLabelValues(a, model).Add(d)
 	}
 	m.addTokens(a, model, after.InputTokens-prev.InputTokens, after.OutputTokens-prev.OutputTokens, after.CacheReadTokens-prev.CacheReadTokens, after.CacheWriteTokens-prev.CacheWriteTokens)
@@ -360,14 +360,6 @@ func (m *Metrics) ObserveBacklogQuery(namespace, project, outcome string, spawne
 
 func since(from, to time.Time) float64 {
 	return max(to.Sub(from).Seconds(), 0)
-}
-
-func parseUSD(s string) float64 {
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0
-	}
-	return f
 }
 
 func orNone(s string) string {

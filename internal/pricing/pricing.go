@@ -162,6 +162,15 @@ func Format(usd float64) string {
 	return s
 }
 
+// ParseUSD reads the API's decimal dollars (Format's form); anything else, or a negative, is 0.
+func ParseUSD(s string) float64 {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
+}
+
 // Names lists the table's models, sorted.
 func (t Table) Names() []string {
 	out := make([]string, 0, len(t.Models))
