@@ -4,7 +4,7 @@
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bench-scm bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream ## Run every benchmark.
+bench: bench-scm bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream bench-proxy ## Run every benchmark.
 
 .PHONY: bench-scm
 bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
@@ -41,3 +41,12 @@ bench-webhooks: ## The webhook receiver on loopback: signed deliveries per secon
 .PHONY: bench-stream
 bench-stream: ## 100 sessions streaming transcripts at once through the runner channel, the manager and the real API server's aggregation layer: p50/p99 to kubectl shepherd logs -f and to Chromium, against one session alone; the windows' memory.
 	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go run ./hack/bench/stream --chromium="$$(hack/chromium.sh)" $(BENCH_STREAM_FLAGS)
+
+# BENCH_PROXY_REQUESTS: 100 to 20000 each way; BENCH_PROXY_CONCURRENCY: 1 to 16 requests in flight.
+BENCH_PROXY_REQUESTS ?= 2000
+BENCH_PROXY_CONCURRENCY ?= 1
+
+.PHONY: bench-proxy
+bench-proxy: ## The model proxy on loopback: p50/p99 latency it adds to a streamed Claude Code request and its CPU per 1000 requests, against the model server called directly (same run); checks its metering.
+	go test ./test/bench/modelproxy/ -run '^$$' -bench BenchmarkModelProxy -benchtime 1x -timeout 10m \
+		-requests $(BENCH_PROXY_REQUESTS) -concurrency $(BENCH_PROXY_CONCURRENCY)

@@ -29,6 +29,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&Project{}, &ProjectList{},
 		&Worktree{}, &WorktreeList{},
 		&AgentSession{}, &AgentSessionList{},
+		&BudgetPolicy{}, &BudgetPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

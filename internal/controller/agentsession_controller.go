@@ -59,6 +59,8 @@ type sessionScope struct {
 	sess     *agentsv1alpha1.AgentSession
 	key      types.NamespacedName
 	project  *agentsv1alpha1.Project
+	// policies are the BudgetPolicies that cover the Project (the cache's own objects).
+	policies []*agentsv1alpha1.BudgetPolicy
 	agent    agentsv1alpha1.AgentSpec
 	settings lifecycle.Settings
 	forge    *forge
@@ -226,6 +228,11 @@ func (r *AgentSessionReconciler) resolveProject(ctx context.Context, s *sessionS
 		return fmt.Errorf("get Project: %w", err)
 	}
 	s.project = p
+	var pols agentsv1alpha1.BudgetPolicyList
+	if err := r.Client.List(ctx, &pols, client.InNamespace(p.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list BudgetPolicies: %w", err)
+	}
+	s.policies = coveringPolicies(p, pols.Items)
 	s.agent = mergeAgent(p.Spec.Agent, s.sess.Spec.Agent)
 	if r.agentImage(s.agent) == "" {
 		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "no image for agent type %q: set spec.agent.image on the session or the Project", s.agent.Type)
@@ -475,7 +482,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		}
 	}
 	in.Runner = runnerEvidence(s.report, s.hasReport, r.Prices)
-	in.Spec.Budget = budgetEvidence(s.project, r.now())
+	in.Spec.Budget = budgetEvidence(s.project, s.policies, r.now())
 	in.Merge = r.merges.get(s.key)
 	// A merged session is not followed any more (the lifecycle holds Merged on its own).
 	if s.forge != nil && s.branch != "" && s.sess.Status.Phase != agentsv1alpha1.PhaseMerged {

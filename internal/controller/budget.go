@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -22,13 +23,13 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/pricing"
 )
 
-// budgetZone is the Project's budget time zone: spec.budget.timeZone, else UTC. An unknown name
-// is an error (the Project says so in Stalled) and counts in UTC meanwhile.
-func budgetZone(p *agentsv1alpha1.Project) (*time.Location, error) {
-	if p == nil || p.Spec.Budget == nil || p.Spec.Budget.TimeZone == "" || p.Spec.Budget.TimeZone == "UTC" {
+// budgetZone is a budget's time zone: its timeZone, else UTC. An unknown name is an error (the
+// Project or the BudgetPolicy says so in Stalled) and counts in UTC meanwhile.
+func budgetZone(b *agentsv1alpha1.BudgetSpec) (*time.Location, error) {
+	name := zoneName(b)
+	if name == "UTC" {
 		return time.UTC, nil
 	}
-	name := p.Spec.Budget.TimeZone
 	if loc, ok := zones.Load(name); ok {
 		return loc.(*time.Location), nil
 	}
@@ -40,6 +41,59 @@ func budgetZone(p *agentsv1alpha1.Project) (*time.Location, error) {
 		zones.Store(name, loc)
 	}
 	return loc, nil
+}
+
+// zoneName is a budget's timeZone as written, "UTC" when there is none.
+func zoneName(b *agentsv1alpha1.BudgetSpec) string {
+	if b == nil || b.TimeZone == "" {
+		return "UTC"
+	}
+	return b.TimeZone
+}
+
+// spendBudget is the budget whose time zone a Project's spend is counted in: its own, else the
+// first (by name) BudgetPolicy that covers it, else none (UTC). Pure.
+func spendBudget(p *agentsv1alpha1.Project, covering []*agentsv1alpha1.BudgetPolicy) *agentsv1alpha1.BudgetSpec {
+	if p != nil && p.Spec.Budget != nil {
+		return p.Spec.Budget
+	}
+	if len(covering) > 0 {
+		return &covering[0].Spec.Budget
+	}
+	return nil
+}
+
+// spendZone is the time zone a Project's days and months are counted in (spendBudget's).
+func spendZone(p *agentsv1alpha1.Project, covering []*agentsv1alpha1.BudgetPolicy) *time.Location {
+	loc, _ := budgetZone(spendBudget(p, covering))
+	return loc
+}
+
+// policyCovers says whether a BudgetPolicy covers a Project: its selector matches the Project's
+// labels (no selector covers every Project). A selector that does not parse covers every
+// Project: a cap that cannot be read holds too much rather than nothing (the policy says so in
+// Stalled). Pure.
+func policyCovers(pol *agentsv1alpha1.BudgetPolicy, p *agentsv1alpha1.Project) bool {
+	if pol.Spec.ProjectSelector == nil {
+		return true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pol.Spec.ProjectSelector)
+	if err != nil {
+		return true
+	}
+	return sel.Matches(labels.Set(p.Labels))
+}
+
+// coveringPolicies are the policies that cover p, by name. Pure.
+func coveringPolicies(p *agentsv1alpha1.Project, policies []agentsv1alpha1.BudgetPolicy) []*agentsv1alpha1.BudgetPolicy {
+	var out []*agentsv1alpha1.BudgetPolicy
+	for i := range policies {
+		if policies[i].DeletionTimestamp.IsZero() && policyCovers(&policies[i], p) {
+			out = append(out, &policies[i])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // zones caches loaded time zones: every session of a budgeted Project asks on every decision, and
@@ -57,31 +111,7 @@ const maxZones = 1024
 // nothing. Pure.
 func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *time.Location) *agentsv1alpha1.SpendStatus {
 	day, month := lifecycle.DayKey(now, loc), lifecycle.MonthKey(now, loc)
-	type acc struct {
-		cost   float64
-		tokens int64
-		agents map[string]*acc
-		models map[string]*acc
-	}
-	d, m := &acc{agents: map[string]*acc{}, models: map[string]*acc{}}, &acc{agents: map[string]*acc{}, models: map[string]*acc{}}
-	bump := func(in map[string]*acc, key string, cost float64, tokens int64) {
-		x := in[key]
-		if x == nil {
-			x = &acc{}
-			in[key] = x
-		}
-		x.cost += cost
-		x.tokens += tokens
-	}
-	add := func(a *acc, agent string, w *agentsv1alpha1.SpendWindow) {
-		c := pricing.ParseUSD(w.CostUSD)
-		a.cost += c
-		a.tokens += w.Tokens
-		bump(a.agents, agent, c, w.Tokens)
-		for _, x := range w.ByModel {
-			bump(a.models, x.Model, pricing.ParseUSD(x.CostUSD), x.Tokens)
-		}
-	}
+	d, m := newSpendAcc(), newSpendAcc()
 	for i := range sessions {
 		u := sessions[i].Status.Usage
 		if u == nil {
@@ -92,39 +122,75 @@ func projectSpend(sessions []agentsv1alpha1.AgentSession, now time.Time, loc *ti
 			agent = "unknown"
 		}
 		if u.Day != nil && u.Day.Start == day {
-			add(d, agent, u.Day)
+			d.add(u.Day, []agentsv1alpha1.AgentSpend{{Agent: agent, CostUSD: u.Day.CostUSD, Tokens: u.Day.Tokens}})
 		}
 		if u.Month != nil && u.Month.Start == month {
-			add(m, agent, u.Month)
+			m.add(u.Month, []agentsv1alpha1.AgentSpend{{Agent: agent, CostUSD: u.Month.CostUSD, Tokens: u.Month.Tokens}})
 		}
 	}
-	window := func(start string, a *acc) agentsv1alpha1.SpendWindow {
-		w := agentsv1alpha1.SpendWindow{Start: start, CostUSD: pricing.Format(a.cost), Tokens: a.tokens}
-		names := make([]string, 0, len(a.agents))
-		for n := range a.agents {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for i, n := range names {
-			if i == 16 {
-				break
-			}
-			w.ByAgent = append(w.ByAgent, agentsv1alpha1.AgentSpend{Agent: n, CostUSD: pricing.Format(a.agents[n].cost), Tokens: a.agents[n].tokens})
-		}
-		models := make([]string, 0, len(a.models))
-		for n := range a.models {
-			models = append(models, n)
-		}
-		sort.Strings(models)
-		for i, n := range models {
-			if i == 33 {
-				break // sessions' names are the proxy's, sanitized; a Project of many agents keeps the first 33
-			}
-			w.ByModel = append(w.ByModel, agentsv1alpha1.ModelSpend{Model: n, CostUSD: pricing.Format(a.models[n].cost), Tokens: a.models[n].tokens})
-		}
-		return w
+	return &agentsv1alpha1.SpendStatus{Day: d.window(day), Month: m.window(month)}
+}
+
+// spendAcc sums spend windows, split by agent and by model.
+type spendAcc struct {
+	cost   float64
+	tokens int64
+	agents map[string]*spendAcc
+	models map[string]*spendAcc
+}
+
+func newSpendAcc() *spendAcc {
+	return &spendAcc{agents: map[string]*spendAcc{}, models: map[string]*spendAcc{}}
+}
+
+func bumpSpend(in map[string]*spendAcc, key string, usd string, tokens int64) {
+	x := in[key]
+	if x == nil {
+		x = &spendAcc{}
+		in[key] = x
 	}
-	return &agentsv1alpha1.SpendStatus{Day: window(day, d), Month: window(month, m)}
+	x.cost += pricing.ParseUSD(usd)
+	x.tokens += tokens
+}
+
+// add sums w, its models, and the agents' shares given.
+func (a *spendAcc) add(w *agentsv1alpha1.SpendWindow, agents []agentsv1alpha1.AgentSpend) {
+	a.cost += pricing.ParseUSD(w.CostUSD)
+	a.tokens += w.Tokens
+	for _, x := range agents {
+		bumpSpend(a.agents, x.Agent, x.CostUSD, x.Tokens)
+	}
+	for _, x := range w.ByModel {
+		bumpSpend(a.models, x.Model, x.CostUSD, x.Tokens)
+	}
+}
+
+// window is the sum as the window named start: agents by name (the first 16), models by name
+// (the first 33, as the API bounds them).
+func (a *spendAcc) window(start string) agentsv1alpha1.SpendWindow {
+	w := agentsv1alpha1.SpendWindow{Start: start, CostUSD: pricing.Format(a.cost), Tokens: a.tokens}
+	for i, n := range sortedKeys(a.agents) {
+		if i == 16 {
+			break
+		}
+		w.ByAgent = append(w.ByAgent, agentsv1alpha1.AgentSpend{Agent: n, CostUSD: pricing.Format(a.agents[n].cost), Tokens: a.agents[n].tokens})
+	}
+	for i, n := range sortedKeys(a.models) {
+		if i == 33 {
+			break // sessions' names are the proxy's, sanitized; a Project of many models keeps the first 33
+		}
+		w.ByModel = append(w.ByModel, agentsv1alpha1.ModelSpend{Model: n, CostUSD: pricing.Format(a.models[n].cost), Tokens: a.models[n].tokens})
+	}
+	return w
+}
+
+func sortedKeys(m map[string]*spendAcc) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // budgetState judges a budget against the spend: which cap is spent (""), and when the spent
@@ -169,35 +235,88 @@ func budgetState(b *agentsv1alpha1.BudgetSpec, spend *agentsv1alpha1.SpendStatus
 	return msg, reset
 }
 
-// budgetEvidence is the Project's budget as a session's decision needs it. Pure.
-func budgetEvidence(p *agentsv1alpha1.Project, now time.Time) lifecycle.BudgetEvidence {
-	loc, _ := budgetZone(p)
-	ev := lifecycle.BudgetEvidence{Location: loc}
-	if p == nil || p.Spec.Budget == nil {
+// budgetEvidence is the budgets that hold a Project as a session's decision needs them: its own
+// and every BudgetPolicy that covers it. Each spent cap is said; running sessions finish their
+// turn if any spent budget says FinishTurn; the reset is the latest of the spent windows' ends.
+// A policy whose time zone differs from the one the Project's spend is counted in holds it with
+// no reset (the spend cannot be summed until the zones agree). Pure.
+func budgetEvidence(p *agentsv1alpha1.Project, covering []*agentsv1alpha1.BudgetPolicy, now time.Time) lifecycle.BudgetEvidence {
+	ev := lifecycle.BudgetEvidence{Location: spendZone(p, covering)}
+	if p == nil {
 		return ev
 	}
-	ev.Exhausted, ev.ResetTime = budgetState(p.Spec.Budget, p.Status.Spend, now, loc)
-	ev.FinishTurn = p.Spec.Budget.OnExhausted != agentsv1alpha1.BudgetContinue
+	var why []string
+	spent := func(b *agentsv1alpha1.BudgetSpec, msg string, reset time.Time) {
+		why = append(why, msg)
+		if b.OnExhausted != agentsv1alpha1.BudgetContinue {
+			ev.FinishTurn = true
+		}
+		if reset.After(ev.ResetTime) {
+			ev.ResetTime = reset
+		}
+	}
+	if b := p.Spec.Budget; b != nil {
+		if msg, reset := budgetState(b, p.Status.Spend, now, ev.Location); msg != "" {
+			spent(b, msg, reset)
+		}
+	}
+	own := zoneName(spendBudget(p, covering))
+	for _, pol := range covering {
+		b := &pol.Spec.Budget
+		if zoneName(b) != own {
+			spent(b, fmt.Sprintf("BudgetPolicy %s counts days in %s and this Project in %s: give the Project's spec.budget the policy's timeZone",
+				pol.Name, zoneName(b), own), time.Time{})
+			continue
+		}
+		loc, _ := budgetZone(b)
+		if msg, reset := budgetState(b, pol.Status.Spend, now, loc); msg != "" {
+			spent(b, "BudgetPolicy "+pol.Name+": "+msg, reset)
+		}
+	}
+	if len(why) > 0 {
+		ev.Exhausted = strings.Join(why, "; ")
+	} else {
+		ev.ResetTime = time.Time{}
+	}
 	return ev
 }
 
-// setBudgetCondition says whether the Project's budget has room; without a budget there is no
-// condition. Pure.
-func setBudgetCondition(p *agentsv1alpha1.Project, now time.Time) {
+// setBudgetCondition says whether the budgets that hold the Project have room; without a budget
+// of its own or a policy that covers it there is no condition. Pure.
+func setBudgetCondition(p *agentsv1alpha1.Project, covering []*agentsv1alpha1.BudgetPolicy, now time.Time) {
 	conds := &p.Status.Conditions
-	if p.Spec.Budget == nil {
+	if p.Spec.Budget == nil && len(covering) == 0 {
 		meta.RemoveStatusCondition(conds, agentsv1alpha1.ConditionBudgetAvailable)
 		return
 	}
-	loc, _ := budgetZone(p)
-	why, reset := budgetState(p.Spec.Budget, p.Status.Spend, now, loc)
-	if why == "" {
-		setCondition(conds, p.Generation, agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionTrue, agentsv1alpha1.ReasonWithinBudget,
-			fmt.Sprintf("spent $%s today and $%s this month", p.Status.Spend.Day.CostUSD, p.Status.Spend.Month.CostUSD))
+	ev := budgetEvidence(p, covering, now)
+	if ev.Exhausted == "" {
+		msg := "spent $0 today and $0 this month"
+		if sp := p.Status.Spend; sp != nil {
+			msg = fmt.Sprintf("spent $%s today and $%s this month", orZero(sp.Day.CostUSD), orZero(sp.Month.CostUSD))
+		}
+		if len(covering) > 0 {
+			names := make([]string, len(covering))
+			for i, pol := range covering {
+				names[i] = pol.Name
+			}
+			msg += "; also held by BudgetPolicy " + strings.Join(names, ", ")
+		}
+		setCondition(conds, p.Generation, agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionTrue, agentsv1alpha1.ReasonWithinBudget, msg)
 		return
 	}
-	setCondition(conds, p.Generation, agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionFalse, agentsv1alpha1.ReasonBudgetExhausted,
-		why+"; new sessions wait Queued until "+reset.Format(time.RFC3339))
+	msg := ev.Exhausted + "; new sessions wait Queued"
+	if !ev.ResetTime.IsZero() {
+		msg += " until " + ev.ResetTime.Format(time.RFC3339)
+	}
+	setCondition(conds, p.Generation, agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionFalse, agentsv1alpha1.ReasonBudgetExhausted, msg)
+}
+
+func orZero(usd string) string {
+	if usd == "" {
+		return "0"
+	}
+	return usd
 }
 
 // budgetChanged passes a Project update whose BudgetAvailable condition changed status.
@@ -231,18 +350,27 @@ func (r *ProjectReconciler) notifyBudget(ctx context.Context, p *agentsv1alpha1.
 	if r.Recorder != nil {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, agentsv1alpha1.ReasonBudgetThreshold, "Budget", "%s", msg)
 	}
-	if r.Notifier == nil || p.Spec.Notifications == nil {
+	r.sendBudgetNotice(ctx, p, "budget."+windowsID(p.Status.Spend), msg)
+}
+
+// windowsID names a spend's windows in a notification id ("20261206.202612").
+func windowsID(sp *agentsv1alpha1.SpendStatus) string {
+	return strings.ReplaceAll(sp.Day.Start+"."+sp.Month.Start, "-", "")
+}
+
+// sendBudgetNotice queues a budget notification with id on the Project's action routes.
+func (d *Deps) sendBudgetNotice(ctx context.Context, p *agentsv1alpha1.Project, id, msg string) {
+	if d.Notifier == nil || p.Spec.Notifications == nil {
 		return
 	}
-	now := r.now()
-	id := "budget." + strings.ReplaceAll(p.Status.Spend.Day.Start+"."+p.Status.Spend.Month.Start, "-", "")
+	now := d.now()
 	for _, route := range notify.Select(p.Spec.Notifications.Routes, agentsv1alpha1.PriorityAction) {
-		sender, err := r.senderFor(ctx, p, route.Name)
+		sender, err := d.senderFor(ctx, p, route.Name)
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Cannot build the notification sender", "route", route.Name)
 			continue
 		}
-		r.Notifier.Enqueue(notify.Job{Key: p.Namespace + "/" + p.Name + "/" + id + "/" + route.Name, Route: route.Name, Sender: sender,
+		d.Notifier.Enqueue(notify.Job{Key: p.Namespace + "/" + p.Name + "/" + id + "/" + route.Name, Route: route.Name, Sender: sender,
 			Notification: notify.Notification{ID: p.Namespace + "/" + p.Name + "/" + id, Type: agentsv1alpha1.EventBudgetThreshold,
 				Priority: agentsv1alpha1.PriorityAction, Reason: agentsv1alpha1.ReasonBudgetThreshold, Message: msg,
 				Namespace: p.Namespace, Project: p.Name, Time: now}})
@@ -254,6 +382,11 @@ func (r *ProjectReconciler) notifyBudget(ctx context.Context, p *agentsv1alpha1.
 // Notified (the status written first, then the notification sent: at most once per window) and
 // returns the message, or "". Pure.
 func budgetNotice(b *agentsv1alpha1.BudgetSpec, prev, spend *agentsv1alpha1.SpendStatus) string {
+	return budgetNoticeOf("Project budget", b, prev, spend)
+}
+
+// budgetNoticeOf is budgetNotice for the budget named what ("BudgetPolicy team-a"). Pure.
+func budgetNoticeOf(what string, b *agentsv1alpha1.BudgetSpec, prev, spend *agentsv1alpha1.SpendStatus) string {
 	if b == nil || spend == nil {
 		return ""
 	}
@@ -289,7 +422,7 @@ func budgetNotice(b *agentsv1alpha1.BudgetSpec, prev, spend *agentsv1alpha1.Spen
 	if len(msgs) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("Project budget at %d%%: %s. At the cap new sessions wait until the window ends.", pct, strings.Join(msgs, "; "))
+	return fmt.Sprintf("%s at %d%%: %s. At the cap new sessions wait until the window ends.", what, pct, strings.Join(msgs, "; "))
 }
 
 // windowEnds is when the day and the month of now end, in loc.

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 )
 
@@ -111,8 +113,8 @@ func TestBudgetNotice(t *testing.T) {
 }
 
 func TestBudgetZone(t *testing.T) {
-	p := func(zone string) *agentsv1alpha1.Project {
-		return &agentsv1alpha1.Project{Spec: agentsv1alpha1.ProjectSpec{Budget: &agentsv1alpha1.BudgetSpec{DailyUSD: "1", TimeZone: zone}}}
+	p := func(zone string) *agentsv1alpha1.BudgetSpec {
+		return &agentsv1alpha1.BudgetSpec{DailyUSD: "1", TimeZone: zone}
 	}
 	for range 2 { // the second time from the cache
 		loc, err := budgetZone(p("Asia/Tokyo"))
@@ -132,5 +134,104 @@ func TestBudgetZone(t *testing.T) {
 	}
 	if loc, err := budgetZone(nil); loc != time.UTC || err != nil {
 		t.Errorf("no budget: %v, %v", loc, err)
+	}
+}
+
+func TestBudgetPolicies(t *testing.T) {
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	project := func(name string, labels map[string]string, own *agentsv1alpha1.BudgetSpec, day, month string) agentsv1alpha1.Project {
+		p := agentsv1alpha1.Project{Spec: agentsv1alpha1.ProjectSpec{Budget: own}}
+		p.Name, p.Labels = name, labels
+		p.Status.Spend = &agentsv1alpha1.SpendStatus{
+			Day: agentsv1alpha1.SpendWindow{Start: "2026-12-06", CostUSD: day, Tokens: 100,
+				ByAgent: []agentsv1alpha1.AgentSpend{{Agent: "codex", CostUSD: day, Tokens: 100}},
+				ByModel: []agentsv1alpha1.ModelSpend{{Model: "gpt-5", CostUSD: day, Tokens: 100}}},
+			Month: agentsv1alpha1.SpendWindow{Start: "2026-12", CostUSD: month, Tokens: 1000}}
+		return p
+	}
+	policy := func(name string, sel *metav1.LabelSelector, b agentsv1alpha1.BudgetSpec) agentsv1alpha1.BudgetPolicy {
+		pol := agentsv1alpha1.BudgetPolicy{Spec: agentsv1alpha1.BudgetPolicySpec{ProjectSelector: sel, Budget: b}}
+		pol.Name = name
+		return pol
+	}
+	team := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+	projects := []agentsv1alpha1.Project{
+		project("api", map[string]string{"team": "a"}, nil, "6", "30"),
+		project("web", map[string]string{"team": "a"}, nil, "5", "20"),
+		project("ops", map[string]string{"team": "b"}, nil, "100", "100"),
+		project("berlin", map[string]string{"team": "a"}, &agentsv1alpha1.BudgetSpec{DailyUSD: "50", TimeZone: "Europe/Berlin"}, "1", "1"),
+	}
+	pols := []agentsv1alpha1.BudgetPolicy{policy("team-a", team, agentsv1alpha1.BudgetSpec{DailyUSD: "10", MonthlyUSD: "500", TimeZone: "UTC"})}
+
+	covered := policySpend(&pols[0], projects, pols, now, time.UTC)
+	st := pols[0].Status
+	if len(covered) != 3 || st.ProjectCount != 3 {
+		t.Fatalf("the selector covers api, web and berlin: %d, %d", len(covered), st.ProjectCount)
+	}
+	if st.Spend.Day.CostUSD != "11" || st.Spend.Month.CostUSD != "50" || st.Spend.Day.Tokens != 200 {
+		t.Errorf("api and web summed, berlin (another zone) not: %+v", st.Spend)
+	}
+	if len(st.Spend.Day.ByAgent) != 1 || st.Spend.Day.ByAgent[0].CostUSD != "11" || st.Spend.Day.ByModel[0].Tokens != 200 {
+		t.Errorf("by agent and by model: %+v", st.Spend.Day)
+	}
+	if st.Projects[0].Name != "api" || st.Projects[1].Name != "berlin" || st.Projects[1].TimeZoneMismatch != "Europe/Berlin" || st.Projects[2].DayCostUSD != "5" {
+		t.Errorf("the shares, by name: %+v", st.Projects)
+	}
+	setPolicyBudgetCondition(&pols[0], now, time.UTC)
+	c := findCondition(pols[0].Status.Conditions, agentsv1alpha1.ConditionBudgetAvailable)
+	if c.Reason != agentsv1alpha1.ReasonBudgetExhausted || !strings.Contains(c.Message, "the daily budget of $10 is spent ($11 on 2026-12-06)") ||
+		!strings.Contains(c.Message, "berlin (counts days in Europe/Berlin)") {
+		t.Errorf("the policy's condition: %+v", c)
+	}
+
+	// A Project under the spent policy is held with the policy's name; one it does not cover is not.
+	web, ops, berlin := &projects[1], &projects[2], &projects[3]
+	ev := budgetEvidence(web, coveringPolicies(web, pols), now)
+	if !strings.Contains(ev.Exhausted, "BudgetPolicy team-a: the daily budget of $10 is spent") || !ev.FinishTurn ||
+		!ev.ResetTime.Equal(time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("web is held until midnight: %+v", ev)
+	}
+	if ev := budgetEvidence(ops, coveringPolicies(ops, pols), now); ev.Exhausted != "" {
+		t.Errorf("ops is not covered: %+v", ev)
+	}
+	ev = budgetEvidence(berlin, coveringPolicies(berlin, pols), now)
+	if !strings.Contains(ev.Exhausted, "BudgetPolicy team-a counts days in UTC and this Project in Europe/Berlin") || !ev.ResetTime.IsZero() {
+		t.Errorf("a Project in another zone is held without a reset: %+v", ev)
+	}
+	if ev.Location.String() != "Europe/Berlin" {
+		t.Errorf("its own budget's zone counts its spend: %v", ev.Location)
+	}
+
+	// Continue on every spent budget lets running sessions go on; a Project without a budget of
+	// its own counts in its first policy's zone.
+	pols[0].Spec.Budget.OnExhausted = agentsv1alpha1.BudgetContinue
+	pols[0].Spec.Budget.TimeZone = "Asia/Tokyo"
+	if ev := budgetEvidence(web, coveringPolicies(web, pols), now); ev.FinishTurn || ev.Location.String() != "Asia/Tokyo" {
+		t.Errorf("Continue, in Tokyo: %+v", ev)
+	}
+
+	// Within budget: the Project's condition names the policies that also hold it.
+	pols[0].Spec.Budget = agentsv1alpha1.BudgetSpec{DailyUSD: "1000"}
+	setBudgetCondition(web, coveringPolicies(web, pols), now)
+	c = findCondition(web.Status.Conditions, agentsv1alpha1.ConditionBudgetAvailable)
+	if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "also held by BudgetPolicy team-a") {
+		t.Errorf("within budget: %+v", c)
+	}
+	setBudgetCondition(ops, nil, now)
+	if findCondition(ops.Status.Conditions, agentsv1alpha1.ConditionBudgetAvailable) != nil {
+		t.Error("no budget, no policy: no condition")
+	}
+
+	// A selector that does not parse covers every Project: it holds rather than frees.
+	bad := policy("bad", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}, agentsv1alpha1.BudgetSpec{DailyUSD: "1"})
+	if !policyCovers(&bad, ops) {
+		t.Error("an unreadable selector covers every Project")
+	}
+	if policyCovers(&pols[0], ops) {
+		t.Error("a label selector covers only its Projects")
+	}
+	pols[0].Spec.ProjectSelector = nil
+	if !policyCovers(&pols[0], ops) {
+		t.Error("no selector covers every Project")
 	}
 }

@@ -250,3 +250,117 @@ func projectEvents(ns, name, reason string) []string {
 	}
 	return out
 }
+
+var _ = Describe("A BudgetPolicy", Serial, func() {
+	It("caps two Projects together: the threshold said once, new sessions of both queue, running ones finish their turn, and the next day all resume", func() {
+		w := newWorld()
+		team := map[string]string{"team": "a"}
+		for _, name := range []string{"widgets", "gadgets", "tools"} {
+			p := shortActivity(w.project()).Obj()
+			p.Name = name
+			if name != "tools" {
+				p.Labels = team
+			}
+			create(p)
+		}
+		create(&agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "team-a"},
+			Spec: agentsv1alpha1.BudgetPolicySpec{ProjectSelector: &metav1.LabelSelector{MatchLabels: team},
+				Budget: agentsv1alpha1.BudgetSpec{DailyUSD: "5"}}})
+		Eventually(policyStatus(w.ns, "team-a")).Should(And(HaveField("ProjectCount", int32(2)),
+			HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionTrue, agentsv1alpha1.ReasonWithinBudget)),
+			HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue, agentsv1alpha1.ReasonSucceeded))))
+		Eventually(func() []metav1.Condition { return projectStatus(w.ns, "gadgets")().Conditions }).Should(
+			HaveCondition(agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionTrue, agentsv1alpha1.ReasonWithinBudget),
+			"a Project without a budget of its own is held by the policy")
+
+		dollars3 := runnerapi.Metered{Requests: 1, InputTokens: 1_000_000,
+			ByModel: map[string]runnerapi.MeteredModel{"claude-sonnet-4-5": {Requests: 1, InputTokens: 1_000_000}}}
+		a := w.agent("widget-work")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Spend").Obj())
+		a.start()
+		a.report(agentsv1alpha1.ActivityActive, metered(dollars3, runnerapi.Usage{}))
+		a.expect(agentsv1alpha1.PhaseWorking)
+		firstPod := a.pod()
+		Eventually(policyStatus(w.ns, "team-a")).Should(HaveField("Spend.Day.CostUSD", "3"))
+		Expect(policyEvents(w.ns, "team-a")).To(BeEmpty(), "$3 of $5 is under 80%")
+
+		By("a session of the other Project spends $3 more: together they are over the cap")
+		b := w.agent("gadget-work")
+		b.project = "gadgets"
+		create(MakeSession(b.name, w.ns, "gadgets").Prompt("Spend too").Obj())
+		b.start()
+		b.report(agentsv1alpha1.ActivityReady, metered(dollars3, runnerapi.Usage{Turns: 1}))
+		today := time.Now().UTC().Format("2006-01-02")
+		Eventually(policyStatus(w.ns, "team-a")).Should(And(
+			HaveField("Spend.Day.CostUSD", "6"), HaveField("Spend.Day.Start", today),
+			HaveField("Spend.Day.ByModel", ConsistOf(agentsv1alpha1.ModelSpend{Model: "claude-sonnet-4-5", CostUSD: "6", Tokens: 2_000_000})),
+			HaveField("Projects", ConsistOf(
+				And(HaveField("Name", "gadgets"), HaveField("DayCostUSD", "3")),
+				And(HaveField("Name", "widgets"), HaveField("DayCostUSD", "3")))),
+			HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionFalse, agentsv1alpha1.ReasonBudgetExhausted))))
+		Expect(findCond(policyStatus(w.ns, "team-a")().Conditions, agentsv1alpha1.ConditionBudgetAvailable).Message).To(
+			ContainSubstring("the daily budget of $5 is spent ($6 on " + today + ")"))
+		for _, name := range []string{"widgets", "gadgets"} {
+			Eventually(func() []metav1.Condition { return projectStatus(w.ns, name)().Conditions }).Should(
+				HaveCondition(agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionFalse, agentsv1alpha1.ReasonBudgetExhausted))
+			Expect(findCond(projectStatus(w.ns, name)().Conditions, agentsv1alpha1.ConditionBudgetAvailable).Message).To(
+				ContainSubstring("BudgetPolicy team-a: the daily budget of $5 is spent"))
+		}
+		Expect(policyEvents(w.ns, "team-a")).To(ConsistOf(ContainSubstring("BudgetPolicy team-a at 80%: $6 of the daily budget of $5 spent")),
+			"the threshold is said once a window")
+
+		By("new sessions of both Projects wait without a pod; a Project the policy does not cover goes on")
+		c := w.agent("gadget-later")
+		create(MakeSession(c.name, w.ns, "gadgets").Prompt("Wait").Obj())
+		Eventually(readyReason(w.ns, c.name)).Should(Equal(agentsv1alpha1.ReasonBudgetExhausted))
+		Expect(findCond(c.status().Conditions, agentsv1alpha1.ConditionReady).Message).To(ContainSubstring("BudgetPolicy team-a"))
+		Consistently(podExists(w.ns, c.podName()), "2s").Should(BeFalse())
+		free := w.agent("tools-work")
+		free.project = "tools"
+		create(MakeSession(free.name, w.ns, "tools").Prompt("Not covered").Obj())
+		Eventually(podExists(w.ns, free.podName())).Should(BeTrue())
+
+		By("the agent mid-turn finishes its turn, then waits too")
+		Consistently(sessionPhase(w.ns, a.name), "1s").Should(Equal(agentsv1alpha1.PhaseWorking), "a turn is never cut")
+		a.report(agentsv1alpha1.ActivityReady, metered(dollars3, runnerapi.Usage{Turns: 1}))
+		Eventually(readyReason(w.ns, a.name)).Should(Equal(agentsv1alpha1.ReasonBudgetExhausted))
+		Eventually(func() types.UID {
+			p := &corev1.Pod{}
+			_ = k8sClient.Get(ctx, client.ObjectKeyFromObject(firstPod), p)
+			return p.UID
+		}).ShouldNot(Equal(firstPod.UID))
+
+		By("the next day (the policy's zone moved past midnight): the waiting sessions start on their own")
+		update(&agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "team-a"}}, func(p *agentsv1alpha1.BudgetPolicy) {
+			p.Spec.Budget.TimeZone = otherDayZone()
+		})
+		Eventually(policyStatus(w.ns, "team-a")).Should(And(HaveField("Spend.Day.CostUSD", "0"),
+			HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionTrue, agentsv1alpha1.ReasonWithinBudget))))
+		Eventually(podExists(w.ns, c.podName())).Should(BeTrue())
+		Eventually(podExists(w.ns, a.podName())).Should(BeTrue())
+	})
+})
+
+// policyStatus returns a function that reads a BudgetPolicy's status, for Eventually.
+func policyStatus(ns, name string) func() agentsv1alpha1.BudgetPolicyStatus {
+	return func() agentsv1alpha1.BudgetPolicyStatus {
+		p := &agentsv1alpha1.BudgetPolicy{}
+		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
+			return agentsv1alpha1.BudgetPolicyStatus{}
+		}
+		return p.Status
+	}
+}
+
+// policyEvents are the messages of the BudgetThreshold Events about the BudgetPolicy.
+func policyEvents(ns, name string) []string {
+	var events corev1.EventList
+	Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+	var out []string
+	for _, e := range events.Items {
+		if e.Reason == agentsv1alpha1.ReasonBudgetThreshold && e.InvolvedObject.Kind == "BudgetPolicy" && e.InvolvedObject.Name == name {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}

@@ -250,6 +250,8 @@ type agent struct {
 	br string
 	// prepare is what the pod's prepare step reports; nil reports a warm checkout of branch().
 	prepare *workspace.Result
+	// project is the session's Project when it is not widgets.
+	project string
 }
 
 func (w *world) agent(name string) *agent { return &agent{w: w, name: name} }
@@ -285,7 +287,11 @@ func (a *agent) start() {
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
 	})
 	Eventually(func() error {
-		r, err := connectRunnerE(pod, "widgets")
+		project := a.project
+		if project == "" {
+			project = "widgets"
+		}
+		r, err := connectRunnerE(pod, project)
 		a.runner = r
 		return err
 	}).Should(Succeed())

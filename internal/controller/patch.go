@@ -73,6 +73,8 @@ func statusOf(o client.Object) any {
 		return v.Status
 	case *agentsv1alpha1.AgentSession:
 		return v.Status
+	case *agentsv1alpha1.BudgetPolicy:
+		return v.Status
 	}
 	return o
 }

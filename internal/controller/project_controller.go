@@ -77,6 +77,8 @@ type projectScope struct {
 	counts    agentsv1alpha1.SessionCounts
 	// sessionsRead: sessions were listed this time (spend is summed from them).
 	sessionsRead bool
+	// policies are the BudgetPolicies that cover the Project, by name (the cache's own objects).
+	policies []*agentsv1alpha1.BudgetPolicy
 	// budgetNotice is the budget threshold notification to send once the status that marks its
 	// window Notified is written.
 	budgetNotice string
@@ -118,10 +120,9 @@ func (r *ProjectReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 			s.routes = r.Deliveries.routeStatus(p.Namespace, p.Name, p.Spec.Notifications.Routes)
 		}
 		setProjectStatus(p, s, recErr)
-		if p.Spec.Budget != nil {
+		if p.Spec.Budget != nil || len(s.policies) > 0 {
 			// The windows roll over at midnight in the budget's zone: look again then.
-			loc, _ := budgetZone(p)
-			end, _ := windowEnds(s.now, loc)
+			end, _ := windowEnds(s.now, spendZone(p, s.policies))
 			next := end.Add(time.Second).Sub(s.now)
 			if s.requeue == 0 || next < s.requeue {
 				s.requeue = next
@@ -180,6 +181,11 @@ func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope
 		return fmt.Errorf("list Worktrees: %w", err)
 	}
 	s.worktrees = wts.Items
+	var pols agentsv1alpha1.BudgetPolicyList
+	if err := r.Client.List(ctx, &pols, client.InNamespace(s.project.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list BudgetPolicies: %w", err)
+	}
+	s.policies = coveringPolicies(s.project, pols.Items)
 	// Counts, not events: the gauge follows every reconcile, whether or not the status changed.
 	r.Metrics.SetSessions(s.project.Namespace, s.project.Name, s.counts.ByPhase)
 	return nil
@@ -221,7 +227,7 @@ func (r *ProjectReconciler) checkSpec(_ context.Context, s *projectScope) error 
 	if _, err := lifecycle.ResolveSettings(s.project.Spec.Reactions, s.project.Spec.Activity); err != nil {
 		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "spec.reactions: %v: fix the reaction (a message sees .PullRequest, .Checks, .Threads, .Reviews and the rest of docs/reactions.md)", err)
 	}
-	if _, err := budgetZone(s.project); err != nil {
+	if _, err := budgetZone(s.project.Spec.Budget); err != nil {
 		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "%v", err)
 	}
 	return nil
@@ -543,7 +549,9 @@ func (r *ProjectReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&agentsv1alpha1.Worktree{}, enqueueAfter(r.countDelay(), func(o client.Object) types.NamespacedName {
 			return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.Worktree).Spec.ProjectRef.Name}
 		}), builder.WithPredicates(worktreePhaseChanged())).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.projectsForSecret), builder.OnlyMetadata)
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.projectsForSecret), builder.OnlyMetadata).
+		// A shared cap's news (spent, or room again) is the covered Projects' BudgetAvailable.
+		Watches(&agentsv1alpha1.BudgetPolicy{}, handler.EnqueueRequestsFromMapFunc(projectsForPolicy(r.Client)), builder.WithPredicates(policyChanged()))
 	if r.Events != nil {
 		b = b.WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{}))
 	}

@@ -60,12 +60,11 @@ func setProjectStatus(p *agentsv1alpha1.Project, s *projectScope, err error) {
 	p.Status.Notifications = s.routes
 	setNotificationsDeliveringCondition(p, s.routes)
 	if s.sessionsRead {
-		loc, _ := budgetZone(p)
 		prev := p.Status.Spend
-		p.Status.Spend = projectSpend(s.sessions, s.now, loc)
+		p.Status.Spend = projectSpend(s.sessions, s.now, spendZone(p, s.policies))
 		s.budgetNotice = budgetNotice(p.Spec.Budget, prev, p.Status.Spend)
 	}
-	setBudgetCondition(p, s.now)
+	setBudgetCondition(p, s.policies, s.now)
 	setKstatus(conds, gen, err, err == nil, agentsv1alpha1.ReasonSucceeded, "credentials valid, repository reachable, shared children in place")
 	if observedBy(err) {
 		p.Status.ObservedGeneration = gen

@@ -113,6 +113,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	if err := (&ProjectReconciler{Deps: deps, Events: projectEvents}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the Project controller: %w", err)
 	}
+	if err := (&BudgetPolicyReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the BudgetPolicy controller: %w", err)
+	}
 	worktreeEvents := make(chan event.GenericEvent, 256)
 	deps.Reports.OnWorktreeChange = func(key types.NamespacedName) {
 		send(worktreeEvents, &agentsv1alpha1.Worktree{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})

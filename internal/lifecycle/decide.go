@@ -321,7 +321,7 @@ func (e *eval) budgetSpent(entering bool) bool {
 	if !entering && (!b.FinishTurn || midTurn) {
 		return false
 	}
-	msg := "The Project's budget is spent: " + b.Exhausted
+	msg := "The budget is spent: " + b.Exhausted
 	if !b.ResetTime.IsZero() {
 		msg += "; the session resumes at " + b.ResetTime.UTC().Format(time.RFC3339)
 	}

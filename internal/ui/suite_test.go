@@ -151,7 +151,7 @@ var _ = AfterSuite(func() {
 // release prefixes them) and the board's binding to every authenticated user.
 func shippedRoles() {
 	ctx := context.Background()
-	for _, f := range []string{"shepherd_viewer_role.yaml", "shepherd_editor_role.yaml", "ui_dashboard_role.yaml"} {
+	for _, f := range []string{"shepherd_viewer_role.yaml", "shepherd_editor_role.yaml", "budget_admin_role.yaml", "ui_dashboard_role.yaml"} {
 		raw, err := os.ReadFile(filepath.Join(repoRoot(), "config", "rbac", f))
 		Expect(err).NotTo(HaveOccurred())
 		for _, doc := range strings.Split(string(raw), "\n---\n") {
@@ -182,6 +182,9 @@ func fixtures() {
 	bind("team-a", "alice", "shepherd-editor-role")
 	bind("team-b", "bob", "shepherd-editor-role")
 	bind("team-a", "viewer", "shepherd-viewer-role")
+	// carol is team-a's admin: "admin" aggregates the editor's and the budget admin's rules.
+	bind("team-a", "carol", "shepherd-editor-role")
+	bind("team-a", "carol", "shepherd-budget-admin-role")
 	// team-a's Projects: widgets tracks the fake GitHub's issues, plain tracks none.
 	for name, tr := range map[string]*agentsv1alpha1.TrackerSpec{"widgets": {Provider: agentsv1alpha1.TrackerGitHub}, "plain": nil} {
 		Expect(adm.Create(ctx, &agentsv1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"},
