@@ -56,9 +56,9 @@ type AgentSessionReconciler struct {
 
 // sessionScope is what one session reconcile observed and decided.
 type sessionScope struct {
-	sess     *agentsv1alpha1.AgentSession
-	key      types.NamespacedName
-	project  *agentsv1alpha1.Project
+	sess    *agentsv1alpha1.AgentSession
+	key     types.NamespacedName
+	project *agentsv1alpha1.Project
 	// policies are the BudgetPolicies that cover the Project (the cache's own objects).
 	policies []*agentsv1alpha1.BudgetPolicy
 	agent    agentsv1alpha1.AgentSpec
