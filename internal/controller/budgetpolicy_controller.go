@@ -97,7 +97,7 @@ func (r *BudgetPolicyReconciler) sum(ctx context.Context, pol *agentsv1alpha1.Bu
 		}
 	}
 	if zoneErr != nil {
-		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "%v", zoneErr)
+		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "%v: the policy counts days in UTC until it is fixed", zoneErr)
 	}
 	return nil
 }

@@ -339,6 +339,29 @@ var _ = Describe("A BudgetPolicy", Serial, func() {
 		Eventually(podExists(w.ns, c.podName())).Should(BeTrue())
 		Eventually(podExists(w.ns, a.podName())).Should(BeTrue())
 	})
+
+	It("says what to fix when its selector or time zone does not parse, covering every Project and counting in UTC meanwhile", func() {
+		w := newWorld()
+		create(w.project().Obj())
+		create(&agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "typo"},
+			Spec: agentsv1alpha1.BudgetPolicySpec{ProjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "team", Operator: "Near", Values: []string{"a"}}}},
+				Budget: agentsv1alpha1.BudgetSpec{DailyUSD: "5", TimeZone: "Mars/Olympus"}}})
+		Eventually(policyStatus(w.ns, "typo")).Should(And(HaveField("ProjectCount", int32(1)),
+			HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, agentsv1alpha1.ReasonInvalidSpec))))
+		Expect(findCond(policyStatus(w.ns, "typo")().Conditions, agentsv1alpha1.ConditionStalled).Message).To(
+			ContainSubstring("spec.projectSelector: "), "the selector first")
+		update(&agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "typo"}}, func(p *agentsv1alpha1.BudgetPolicy) {
+			p.Spec.ProjectSelector = nil
+		})
+		Eventually(func() string {
+			return findCond(policyStatus(w.ns, "typo")().Conditions, agentsv1alpha1.ConditionStalled).Message
+		}).Should(And(ContainSubstring(`spec.budget.timeZone "Mars/Olympus" is not an IANA time zone`), ContainSubstring("counts days in UTC until")))
+		Eventually(func() []metav1.Condition { return projectStatus(w.ns, "widgets")().Conditions }).Should(
+			HaveCondition(agentsv1alpha1.ConditionBudgetAvailable, metav1.ConditionTrue, agentsv1alpha1.ReasonWithinBudget))
+		Expect(findCond(projectStatus(w.ns, "widgets")().Conditions, agentsv1alpha1.ConditionBudgetAvailable).Message).To(
+			ContainSubstring("also held by BudgetPolicy typo"), "the cap still holds, in UTC")
+	})
 })
 
 // policyStatus returns a function that reads a BudgetPolicy's status, for Eventually.

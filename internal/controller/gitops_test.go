@@ -25,7 +25,7 @@ import (
 	"github.com/shepherd-dev/shepherd/config/argocd"
 )
 
-// The GitOps verdicts (docs/gitops.md): every Project, Worktree and AgentSession the suite's
+// The GitOps verdicts (docs/gitops.md): every Project, Worktree, AgentSession and BudgetPolicy the suite's
 // controllers write is recorded as it changes, one object per distinct state, and at the end of
 // the suite each is judged by Argo CD's health check (the Lua, run as Argo CD runs it) and by
 // kstatus (what Flux's wait and kpt read). Both must give the row of the table below that the
@@ -54,6 +54,10 @@ var verdictTable = []verdictRow{
 	{"Worktree", "Ready, but the setup commands failed", argocd.Degraded, status.CurrentStatus},
 	{"Worktree", "Failed (Stalled)", argocd.Degraded, status.FailedStatus},
 	{"Worktree", "Pending, Missing, Removing, or status behind metadata.generation", argocd.Progressing, status.InProgressStatus},
+	{"BudgetPolicy", "Ready, every cap with room", argocd.Healthy, status.CurrentStatus},
+	{"BudgetPolicy", "Ready, a cap spent (the covered Projects' new sessions wait for the window to reset)", argocd.Suspended, status.CurrentStatus},
+	{"BudgetPolicy", "Stalled (a selector or a time zone that does not parse)", argocd.Degraded, status.FailedStatus},
+	{"BudgetPolicy", "status behind metadata.generation", argocd.Progressing, status.InProgressStatus},
 	{"any", "being deleted (the message names the finalizers it waits for)", argocd.Progressing, status.TerminatingStatus},
 }
 
@@ -140,6 +144,18 @@ func verdictFor(obj client.Object) verdictRow {
 			return row("Worktree", "Ready or")
 		}
 		return row("Worktree", "Pending")
+	case *agentsv1alpha1.BudgetPolicy:
+		c := o.Status.Conditions
+		budget := condOf(c, agentsv1alpha1.ConditionBudgetAvailable)
+		switch {
+		case behind(o.Status.ObservedGeneration, o):
+			return row("BudgetPolicy", "status behind")
+		case isTrue(condOf(c, agentsv1alpha1.ConditionStalled)):
+			return row("BudgetPolicy", "Stalled")
+		case budget != nil && budget.Status == metav1.ConditionFalse:
+			return row("BudgetPolicy", "Ready, a cap")
+		}
+		return row("BudgetPolicy", "Ready, every")
 	}
 	panic(fmt.Sprintf("no verdict for %T", obj))
 }
@@ -181,6 +197,11 @@ func (r *stateRecorder) add(obj client.Object) {
 			return
 		}
 		key = stateKey(o, string(o.Status.Phase), o.Status.Conditions, o.Status.ObservedGeneration)
+	case *agentsv1alpha1.BudgetPolicy:
+		if len(o.Status.Conditions) == 0 {
+			return
+		}
+		key = stateKey(o, "", o.Status.Conditions, o.Status.ObservedGeneration)
 	default:
 		return
 	}
@@ -191,9 +212,10 @@ func (r *stateRecorder) add(obj client.Object) {
 	}
 }
 
-// watchStates records every change of the three kinds until ctx ends.
+// watchStates records every change of the four kinds until ctx ends.
 func (r *stateRecorder) watchStates(ctx context.Context, wc client.WithWatch) {
-	for _, list := range []client.ObjectList{&agentsv1alpha1.AgentSessionList{}, &agentsv1alpha1.ProjectList{}, &agentsv1alpha1.WorktreeList{}} {
+	for _, list := range []client.ObjectList{&agentsv1alpha1.AgentSessionList{}, &agentsv1alpha1.ProjectList{}, &agentsv1alpha1.WorktreeList{},
+		&agentsv1alpha1.BudgetPolicyList{}} {
 		go func() {
 			defer GinkgoRecover()
 			for ctx.Err() == nil {

@@ -34,6 +34,10 @@ const (
 	LocalPreparedPath = "/runner/prepared"
 )
 
+// modelHold bounds how long a model API call waits for the runner's startup (the task read from
+// the manager, retried); past it the call is answered 503, which the CLIs retry.
+const modelHold = 2 * time.Minute
+
 // Local is the runner's server on the pod's loopback: the only way out of the pod for the agent
 // besides the egress proxy. It exposes operations, not secrets:
 //
@@ -48,6 +52,11 @@ type Local struct {
 	git *gitproxy.Proxy
 	// Model serves the model API; nil answers 404.
 	Model http.Handler
+	// ModelReady, when set, holds model API calls until it is closed: a restarted runner's
+	// proxy must carry the session's earlier totals before it counts (and saves) a request, or a
+	// call from the agent still running beside it would start the count, and the state file,
+	// from zero.
+	ModelReady <-chan struct{}
 
 	mu       sync.Mutex
 	branch   string
@@ -116,6 +125,16 @@ func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == LocalPreparedPath && r.Method == http.MethodPost:
 		l.postPrepared(w, r)
 	case l.Model != nil && strings.HasPrefix(r.URL.Path, "/v1/"):
+		if l.ModelReady != nil {
+			select {
+			case <-l.ModelReady:
+			case <-r.Context().Done():
+				return
+			case <-time.After(modelHold):
+				http.Error(w, "the runner is starting: try again", http.StatusServiceUnavailable)
+				return
+			}
+		}
 		l.Model.ServeHTTP(w, r)
 	default:
 		http.Error(w, "not found: the runner serves git under /git/ and the model API under /v1/", http.StatusNotFound)

@@ -17,6 +17,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/agent"
+	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/runner"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/transcript"
@@ -96,9 +97,6 @@ var realAgents = []realAgent{
 // dumpEnv, before each commit, writes what the CLI's shell tool sees of its environment (and of
 // its parent's, the CLI itself) to an untracked file, as a steered agent would look for a key.
 const dumpEnv = "{ env; tr '\\0' '\\n' < /proc/$PPID/environ; } > ../agent-env.txt 2>&1; "
-
-// realModelKey is the Project's model API key: the runner's proxy adds it; the CLI never has it.
-const realModelKey = "sk-ant-real-key-only-the-runner-reads-0123456789"
 
 // TestRealCLIsInTheRunner: the runner drives each real CLI (hack/agent-clis.versions) against
 // the scripted model server. The model writes a file and commits it through the CLI's own tools;
@@ -241,6 +239,14 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 		g.Expect(strconv.ParseFloat(last.Usage.CostUSD, 64)).To(BeNumerically("~", mustFloat(t, want.cost), 1e-6))
 		g.Expect(mustFloat(t, want.cost)).To(BeNumerically(">", 0))
 	}
+	// The runner's model proxy counted exactly what the model API sent over both turns, every
+	// request (side ones too) once; the CLI's own count of output tokens agrees with it. The
+	// resumed conversation (Codex reports its thread's totals) is counted once by both.
+	sent := sentMetered(ms)
+	g.Expect(sent.Requests).To(BeNumerically(">=", len(turns)))
+	g.Eventually(h.lastMetered).Should(HaveValue(Equal(sent)), "the proxy's count, as the runner reported it")
+	g.Expect(lifecycle.UsageAgrees(last.Usage.OutputTokens, sent.OutputTokens)).To(BeTrue(),
+		"the CLI reported %d output tokens, the model API sent %d", last.Usage.OutputTokens, sent.OutputTokens)
 
 	h.cancel()
 	g.Expect(h.wait()).To(Equal(result{code: 0}))

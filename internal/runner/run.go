@@ -176,6 +176,10 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		return 1, err
 	}
 	var model *modelproxy.Proxy
+	// carried opens the model proxy to the agent once the earlier totals are carried (below).
+	carried := make(chan struct{})
+	markCarried := sync.OnceFunc(func() { close(carried) })
+	defer markCarried()
 	// The proxy counts from the start; its counts reach the manager once the reporter exists.
 	var meterTo atomic.Pointer[reporter]
 	if cfg.Model != nil {
@@ -188,6 +192,7 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 			return 1, err
 		}
 		local.Model = model
+		local.ModelReady = carried
 	}
 	addr, stopLocal, err := local.Serve(ctx, cfg.Listen)
 	if err != nil {
@@ -228,6 +233,7 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		}
 		meterTo.Store(r.rep)
 		r.rep.setMetered(model.Usage())
+		markCarried()
 	}
 	r.tr = newTranscriber(client, cfg.StateDir, cfg.Stdout, cfg.Stderr)
 	repCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -23,14 +24,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/agent"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/all"
 	"github.com/shepherd-dev/shepherd/internal/agenthost"
+	"github.com/shepherd-dev/shepherd/internal/modelproxy"
 	"github.com/shepherd-dev/shepherd/internal/runner"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi/runnerapitest"
 	"github.com/shepherd-dev/shepherd/internal/transcript"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 	"github.com/shepherd-dev/shepherd/test/gitserver"
+	"github.com/shepherd-dev/shepherd/test/modelserver"
 )
 
 // runnerBin is the real runner binary (git runs it as the credential helper).
@@ -795,4 +799,250 @@ func TestParseSharedPaths(t *testing.T) {
 	g.Expect(runner.ParseSharedPaths("node_modules, web/node_modules,")).To(Equal([]string{"node_modules", "web/node_modules"}))
 	_, err := runner.ParseSharedPaths("node_modules,../escape")
 	g.Expect(err).To(MatchError(ContainSubstring("must stay inside the checkout")))
+}
+
+// TestRunnerRestartMidTurnKeepsTheMeteredTotals: the runner's model proxy counts what the model
+// API sent while the agent is mid-turn; the runner restarts (its container, the agent's turn
+// interrupted and resumed) and counts on from where it was, whatever the manager's task carries:
+// nothing (no report with usage reached it), totals that lag behind (the last report was lost),
+// or the last reported totals. Only the runner's own file on the volume knows everything; the totals
+// at the end are exactly what the model API sent, not one request lost nor counted twice.
+func TestRunnerRestartMidTurnKeepsTheMeteredTotals(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// carried is the task's Metered the restarted runner gets, picked from the totals the
+		// runner reported after each model call before the restart; nil carries none.
+		carried func(before []*runnerapi.Metered) *runnerapi.Metered
+	}{
+		{name: "the task carries nothing", carried: func([]*runnerapi.Metered) *runnerapi.Metered { return nil }},
+		{name: "the task lags behind", carried: func(before []*runnerapi.Metered) *runnerapi.Metered { return before[1] }},
+		{name: "the task carries the last report", carried: func(before []*runnerapi.Metered) *runnerapi.Metered { return before[len(before)-1] }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ms := modelserver.New(nil)
+			g.Expect(ms.Start("127.0.0.1:0")).To(Succeed())
+			t.Cleanup(func() { _ = ms.Close() })
+			keyFile := filepath.Join(t.TempDir(), "api-key")
+			g.Expect(os.WriteFile(keyFile, []byte(realModelKey+"\n"), 0o600)).To(Succeed())
+			// The follow-up's turn is long: the agent is mid-turn whenever the test plays its model
+			// calls. (The fake CLI resumes only a conversation with a finished turn, hence the
+			// first one.)
+			midTurn := turn{Steps: []map[string]any{{"say": "Looking at the widgets."}, {"sleep": "10m"}}, Result: "Done."}
+			h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/metered",
+				prompt: "Fix the widgets", sc: scenario{Turns: []turn{{Result: "Had a look."}, midTurn}},
+				model: &runner.ModelConfig{API: agentsv1alpha1.ModelAPIAnthropic, Upstream: ms.URL(), KeyFile: keyFile}})
+			be, s := h.env.Backend, h.session
+			meteredFile := filepath.Join(h.root, "runner", "fix-widgets", "metered.json")
+
+			h.start()
+			g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).WithTimeout(30 * time.Second).
+				Should(HaveField("State", agentsv1alpha1.ActivityReady))
+			be.AddMessage(s, runnerapi.Message{ID: "m-1", Text: "Now fix them"})
+			g.Eventually(h.calls).WithTimeout(30 * time.Second).Should(HaveLen(2))
+			g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).Should(HaveField("State", agentsv1alpha1.ActivityActive))
+
+			// The agent's model calls, each answered with usage of its own, on two models.
+			var before []*runnerapi.Metered
+			for i, call := range []struct {
+				model  string
+				stream bool
+			}{{"claude-sonnet-4-5", true}, {"claude-haiku-4-5", false}, {"claude-sonnet-4-5", true}} {
+				ms.Append(modelserver.Reply{Text: fmt.Sprintf("Step %d.", i), Usage: distinctUsage(i)})
+				askModel(t, h.localAddr, call.model, call.stream)
+				want := sentMetered(ms)
+				g.Eventually(h.lastMetered).WithTimeout(10*time.Second).Should(Equal(&want), "the runner reported the proxy's count after model call %d", i)
+				before = append(before, &want)
+			}
+			g.Expect(before[2].Requests).To(Equal(int64(3)))
+			g.Expect(before[2].ByModel).To(HaveLen(2))
+			g.Expect(readMetered(t, meteredFile)).To(Equal(*before[2]), "the runner keeps its count on the volume")
+
+			// The runner restarts mid-turn. The manager's task is what it holds when the runner
+			// went away with the agent's turn under way: the conversation, and its usage as
+			// carried (a lost report, or none at all).
+			h.cancel()
+			g.Expect(h.wait().code).To(Equal(0))
+			task, err := be.Task(context.Background(), runnerapi.Session{NamespacedName: s})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(task.Usage.Metered).To(Equal(before[2]), "the memory backend holds the last report's totals, as the manager does")
+			task.LastActivity = agentsv1alpha1.ActivityActive
+			task.Usage = runnerapi.Usage{Metered: c.carried(before)}
+			be.SetTask(s, *task)
+
+			// A runner container's restart: the checkout step does not run again; the agent's
+			// container is there.
+			h.startRunner()
+			h.ready.Store(true)
+			g.Eventually(h.calls).WithTimeout(30*time.Second).Should(HaveLen(3), "stderr:\n%s", h.stderr)
+			g.Expect(h.calls()[2]).To(And(HaveField("Resumed", BeTrue()), HaveField("Turn", 1)), "the interrupted turn was resumed")
+			g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).Should(HaveField("State", agentsv1alpha1.ActivityActive))
+			g.Eventually(h.lastMetered).WithTimeout(10*time.Second).Should(Equal(before[2]), "the restarted runner reports the totals it continues from")
+
+			for i, call := range []struct {
+				model  string
+				stream bool
+			}{{"claude-sonnet-4-5", false}, {"claude-haiku-4-5", true}, {"claude-opus-4-1", true}} {
+				ms.Append(modelserver.Reply{Text: fmt.Sprintf("Step %d.", 3+i), Usage: distinctUsage(3 + i)})
+				askModel(t, h.localAddr, call.model, call.stream)
+			}
+			want := sentMetered(ms)
+			g.Expect(want.Requests).To(Equal(int64(6)))
+			g.Expect(want.ByModel).To(HaveLen(3))
+			g.Eventually(h.lastMetered).WithTimeout(10*time.Second).Should(Equal(&want), "every request and token the model API sent, counted once")
+			g.Expect(readMetered(t, meteredFile)).To(Equal(want))
+			g.Expect(ms.Problems()).To(BeEmpty())
+			for _, r := range ms.Requests() {
+				g.Expect(r.Header.Get("X-Api-Key")).To(Equal(realModelKey), "request %d went through the proxy", r.Seq)
+			}
+
+			h.cancel()
+			g.Expect(h.wait().code).To(Equal(0))
+			g.Expect(h.lastMetered()).To(Equal(&want))
+		})
+	}
+}
+
+// realModelKey is the Project's model API key: the runner's proxy adds it; the CLI never has it.
+const realModelKey = "sk-ant-real-key-only-the-runner-reads-0123456789"
+
+// distinctUsage is the i-th model answer's usage: each answer's counts differ, so that a lost or
+// doubled one shows in every total.
+func distinctUsage(i int) modelserver.Usage {
+	n := int64(i + 1)
+	return modelserver.Usage{InputTokens: 1000*n + 7, OutputTokens: 100*n + 3, CacheReadTokens: 10*n + 1}
+}
+
+// askModel plays one model call of the agent's CLI through the runner's model proxy, as Claude
+// Code makes it: the placeholder key, the API's version, a conversation that offers a tool (so
+// the scripted server answers with its next reply), streamed or not.
+func askModel(t *testing.T, localAddr, model string, stream bool) {
+	t.Helper()
+	g := NewWithT(t)
+	body, err := json.Marshal(map[string]any{"model": model, "max_tokens": 1024, "stream": stream,
+		"tools": []map[string]any{{"name": "Bash", "description": "Run a shell command",
+			"input_schema": map[string]any{"type": "object", "properties": map[string]any{"command": map[string]any{"type": "string"}}}}},
+		"messages": []map[string]any{{"role": "user", "content": "Fix the widgets"}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	req, err := http.NewRequest(http.MethodPost, "http://"+localAddr+"/v1/messages", bytes.NewReader(body))
+	g.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("X-Api-Key", agent.PlaceholderKey)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	c := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second} // no proxy from the environment
+	resp, err := c.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	answer, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s", answer)
+	if stream {
+		g.Expect(string(answer)).To(ContainSubstring("event: message_stop"))
+	} else {
+		g.Expect(string(answer)).To(ContainSubstring(`"stop_reason":"end_turn"`))
+	}
+}
+
+// lastMetered is the model proxy's count in the runner's last report.
+func (h *harness) lastMetered() *runnerapi.Metered {
+	reps := h.env.Backend.Reports(h.session)
+	if len(reps) == 0 || reps[len(reps)-1].Usage == nil {
+		return nil
+	}
+	return reps[len(reps)-1].Usage.Metered
+}
+
+// readMetered reads the runner's own copy of the proxy's count (the same JSON as Metered).
+func readMetered(t *testing.T, path string) runnerapi.Metered {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m runnerapi.Metered
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return m
+}
+
+// sentMetered is what the model proxy must have counted of what the scripted server sent: every
+// generation request (an error answer is a request without tokens), with its reply's usage
+// (DefaultUsage when it set none, as for side requests), split by the model the request named.
+// OpenAI's input tokens include the cached ones, which the proxy keeps apart.
+func sentMetered(ms *modelserver.Server) runnerapi.Metered {
+	script := ms.Script()
+	var m runnerapi.Metered
+	for _, r := range ms.Requests() {
+		if r.Method != http.MethodPost || r.API != modelserver.APIMessages && r.API != modelserver.APIResponses && r.API != modelserver.APIChatCompletions {
+			continue
+		}
+		var u modelserver.Usage
+		failed := false
+		if r.Reply >= 0 && r.Reply < len(script) {
+			u, failed = script[r.Reply].Usage, script[r.Reply].Error != nil
+		}
+		if u == (modelserver.Usage{}) {
+			u = modelserver.DefaultUsage
+		}
+		if failed {
+			u = modelserver.Usage{}
+		}
+		if r.API != modelserver.APIMessages {
+			u.CacheReadTokens = min(u.CacheReadTokens, u.InputTokens)
+			u.InputTokens -= u.CacheReadTokens
+		}
+		model := r.Model()
+		if model == "" {
+			model = modelproxy.UnknownModel
+		}
+		if m.ByModel == nil {
+			m.ByModel = map[string]runnerapi.MeteredModel{}
+		}
+		x := m.ByModel[model]
+		x.Requests++
+		x.InputTokens += u.InputTokens
+		x.OutputTokens += u.OutputTokens
+		x.CacheReadTokens += u.CacheReadTokens
+		m.ByModel[model] = x
+		m.Requests++
+		m.InputTokens += u.InputTokens
+		m.OutputTokens += u.OutputTokens
+		m.CacheReadTokens += u.CacheReadTokens
+	}
+	return m
+}
+
+// TestModelCallsWaitForTheCarriedTotals: a restarted runner serves its loopback before it has
+// read the task; a model call from the agent still running beside it waits until the session's
+// earlier totals are carried, so that the count (and the state file saved after each request)
+// never starts again from zero.
+func TestModelCallsWaitForTheCarriedTotals(t *testing.T) {
+	g := NewWithT(t)
+	var served atomic.Int32
+	ready := make(chan struct{})
+	l := &runner.Local{Model: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		served.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}), ModelReady: ready}
+	srv := &http.Server{Handler: l, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/messages", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			done <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	g.Consistently(served.Load, "300ms").Should(BeZero(), "held until the totals are carried")
+	close(ready)
+	g.Eventually(done).Should(Receive(Equal(http.StatusNoContent)))
+	g.Expect(served.Load()).To(Equal(int32(1)))
 }
