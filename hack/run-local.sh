@@ -50,7 +50,7 @@ k -n shepherd-system get deployment shepherd-manager >/dev/null 2>&1 && existed=
 k apply --server-side --force-conflicts -k config/default
 k apply --server-side --force-conflicts -k config/ui
 k wait --for=condition=Established --timeout=60s \
-  crd/projects.agents.shepherd.dev crd/worktrees.agents.shepherd.dev crd/agentsessions.agents.shepherd.dev
+  crd/projects.agents.shepherd.dev crd/worktrees.agents.shepherd.dev crd/agentsessions.agents.shepherd.dev crd/budgetpolicies.agents.shepherd.dev
 if [ "$existed" = 1 ]; then
   # Same tag, new image: start a new pod so it runs what was just loaded.
   k -n shepherd-system rollout restart deployment/shepherd-manager

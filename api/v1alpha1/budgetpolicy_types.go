@@ -10,6 +10,7 @@ type BudgetPolicySpec struct {
 	// Empty or absent covers every Project of the namespace, including those created later: the
 	// only cap a user who may edit Projects (and so their labels) cannot step out of.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule=`!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn'] && has(e.values) && size(e.values) > 0) || (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))`,message="each matchExpressions entry needs operator In or NotIn with values, or Exists or DoesNotExist without"
 	ProjectSelector *metav1.LabelSelector `json:"projectSelector,omitempty"`
 
 	// Budget is the shared cap, with the same fields as a Project's spec.budget: the covered

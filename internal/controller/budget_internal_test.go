@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 )
@@ -233,5 +235,20 @@ func TestBudgetPolicies(t *testing.T) {
 	pols[0].Spec.ProjectSelector = nil
 	if !policyCovers(&pols[0], ops) {
 		t.Error("no selector covers every Project")
+	}
+}
+
+func TestServedKinds(t *testing.T) {
+	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{agentsv1alpha1.GroupVersion})
+	for _, kind := range []string{"Project", "Worktree", "AgentSession"} {
+		mapper.Add(agentsv1alpha1.GroupVersion.WithKind(kind), meta.RESTScopeNamespace)
+	}
+	err := servedKinds(mapper)
+	if err == nil || !strings.Contains(err.Error(), "does not serve BudgetPolicy.agents.shepherd.dev") || !strings.Contains(err.Error(), "apply this release's CRDs first") {
+		t.Fatalf("an upgrade without the new CRD says what to do: %v", err)
+	}
+	mapper.Add(agentsv1alpha1.GroupVersion.WithKind("BudgetPolicy"), meta.RESTScopeNamespace)
+	if err := servedKinds(mapper); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -345,7 +345,7 @@ var _ = Describe("A BudgetPolicy", Serial, func() {
 		create(w.project().Obj())
 		create(&agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "typo"},
 			Spec: agentsv1alpha1.BudgetPolicySpec{ProjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: "team", Operator: "Near", Values: []string{"a"}}}},
+				{Key: "not a label key!", Operator: metav1.LabelSelectorOpExists}}},
 				Budget: agentsv1alpha1.BudgetSpec{DailyUSD: "5", TimeZone: "Mars/Olympus"}}})
 		Eventually(policyStatus(w.ns, "typo")).Should(And(HaveField("ProjectCount", int32(1)),
 			HaveField("Conditions", HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue, agentsv1alpha1.ReasonInvalidSpec))))

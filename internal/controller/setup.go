@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/net/netutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -75,6 +77,9 @@ type Config struct {
 // Setup wires the three reconcilers, the runner channel, the forge hub and webhook receiver, and
 // the notification dispatcher into mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
+	if err := servedKinds(mgr.GetRESTMapper()); err != nil {
+		return nil, err
+	}
 	if err := SetupIndexes(ctx, mgr); err != nil {
 		return nil, err
 	}
@@ -482,4 +487,18 @@ func (s *httpServer) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("%s: %w", s.name, err)
 	}
+}
+
+// servedKinds checks that the API server serves every Shepherd kind the controllers watch: a
+// release that adds a kind (BudgetPolicy) needs its CRD applied first, which `helm upgrade` does
+// not do. Without this the manager would wait for a cache that never syncs and say less.
+func servedKinds(mapper meta.RESTMapper) error {
+	for _, kind := range []string{"Project", "Worktree", "AgentSession", "BudgetPolicy"} {
+		gk := schema.GroupKind{Group: agentsv1alpha1.GroupVersion.Group, Kind: kind}
+		if _, err := mapper.RESTMapping(gk, agentsv1alpha1.GroupVersion.Version); err != nil {
+			return fmt.Errorf("the API server does not serve %s (%w): apply this release's CRDs first "+
+				"(kubectl apply --server-side -f charts/shepherd/crds/, or the release manifest; docs/operations.md)", gk, err)
+		}
+	}
+	return nil
 }

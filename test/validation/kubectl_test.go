@@ -5,8 +5,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	. "github.com/shepherd-dev/shepherd/test/builders"
 )
 
@@ -24,15 +26,19 @@ func kubectl(args ...string) string {
 }
 
 var _ = Describe("kubectl", func() {
-	It("lists all three kinds with `kubectl get shepherd`", func() {
+	It("lists all four kinds with `kubectl get shepherd`", func() {
 		ns := newNamespace()
 		Expect(k8sClient.Create(ctx, MakeProject("widgets", ns).Obj())).To(Succeed())
 		Expect(k8sClient.Create(ctx, MakeWorktree("refactor", ns, "widgets", "shepherd/refactor").Obj())).To(Succeed())
 		Expect(k8sClient.Create(ctx, MakeSession("fix-42", ns, "widgets").Issue("42").Obj())).To(Succeed())
+		Expect(k8sClient.Create(ctx, &agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: ns},
+			Spec: agentsv1alpha1.BudgetPolicySpec{Budget: agentsv1alpha1.BudgetSpec{DailyUSD: "50"}}})).To(Succeed())
 		out := kubectl("get", "shepherd", "-n", ns)
 		Expect(out).To(ContainSubstring("project.agents.shepherd.dev/widgets"))
 		Expect(out).To(ContainSubstring("worktree.agents.shepherd.dev/refactor"))
 		Expect(out).To(ContainSubstring("agentsession.agents.shepherd.dev/fix-42"))
+		Expect(out).To(ContainSubstring("budgetpolicy.agents.shepherd.dev/team"))
+		Expect(kubectl("get", "bp", "-n", ns)).To(MatchRegexp(`NAME\s+PROJECTS\s+TODAY\s+DAILY\s+MONTH\s+MONTHLY\s+BUDGET\s+AGE`))
 	})
 
 	It("shows the columns a user asks for first in `kubectl get agentsessions`", func() {

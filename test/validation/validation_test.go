@@ -187,6 +187,21 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.budget.dailyUSD: Invalid value: "50€": spec.budget.dailyUSD in body should match '^[0-9]+(\.[0-9]+)?$'`,
 		}),
+		Entry("a BudgetPolicy without a cap", invalid{
+			obj: func(ns string) client.Object {
+				return &agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: ns},
+					Spec: agentsv1alpha1.BudgetPolicySpec{Budget: agentsv1alpha1.BudgetSpec{TimeZone: "UTC"}}}
+			},
+			want: `spec.budget: Invalid value: a budget needs at least one cap: dailyUSD, monthlyUSD, dailyTokens or monthlyTokens`,
+		}),
+		Entry("a BudgetPolicy selector with an unknown operator", invalid{
+			obj: func(ns string) client.Object {
+				return &agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: ns},
+					Spec: agentsv1alpha1.BudgetPolicySpec{Budget: agentsv1alpha1.BudgetSpec{DailyUSD: "50"},
+						ProjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near", Values: []string{"a"}}}}}}
+			},
+			want: `spec.projectSelector: Invalid value: each matchExpressions entry needs operator In or NotIn with values, or Exists or DoesNotExist without`,
+		}),
 		Entry("a comment bound too small", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {

@@ -138,7 +138,8 @@ func (b *bench) setUp(ctx context.Context) error {
 		return err
 	}
 	if _, err := b.kubectl(ctx, out, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/projects.agents.shepherd.dev", "crd/worktrees.agents.shepherd.dev", "crd/agentsessions.agents.shepherd.dev"); err != nil {
+		"crd/projects.agents.shepherd.dev", "crd/worktrees.agents.shepherd.dev", "crd/agentsessions.agents.shepherd.dev",
+		"crd/budgetpolicies.agents.shepherd.dev"); err != nil {
 		return err
 	}
 	want, err := imageID(filepath.Join(b.o.repo, "bin", "images", "shepherd-manager_latest.tar"), managerImage)
