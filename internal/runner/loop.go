@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 
 	"github.com/shepherd-dev/shepherd/internal/agent"
 	"github.com/shepherd-dev/shepherd/internal/clip"
@@ -80,9 +81,24 @@ func (w *loopWatch) report() *runnerapi.LoopReport {
 	r := &runnerapi.LoopReport{UnchangedTurns: w.unchanged, RepeatedFailures: w.worstFails}
 	if w.worst != "" {
 		tool, input, _ := cut0(w.worst)
-		r.FailingCall = clip.Marked(tool+": "+input, 256, "…")
+		r.FailingCall = clip.Marked(tool+": "+callInput(input), 256, "…")
 	}
 	return r
+}
+
+// callInput is a tool call's input as a human reads it: a shell tool's command alone (the CLIs
+// print {"command": "go test ./..."}, Codex {"cmd": …}), else the input as the CLI printed it.
+func callInput(input string) string {
+	var in map[string]json.RawMessage
+	if len(input) > 0 && input[0] == '{' && json.Unmarshal([]byte(input), &in) == nil {
+		for _, k := range []string{"command", "cmd"} {
+			var cmd string
+			if raw, ok := in[k]; ok && json.Unmarshal(raw, &cmd) == nil && cmd != "" {
+				return cmd
+			}
+		}
+	}
+	return input
 }
 
 func cut0(s string) (string, string, bool) {

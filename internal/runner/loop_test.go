@@ -136,3 +136,18 @@ func TestMeteredFileCarriesARunnerRestart(t *testing.T) {
 		t.Fatal("a negative count is not carried")
 	}
 }
+
+func TestCallInput(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"command":"go test ./...","description":"Run the tests"}`: "go test ./...",
+		`{"cmd":"make lint"}`:     "make lint",
+		`{"file_path":"main.go"}`: `{"file_path":"main.go"}`,
+		`{"command":42}`:          `{"command":42}`,
+		"go vet ./...":            "go vet ./...",
+		`{"command":"x"`:          `{"command":"x"`,
+	} {
+		if got := callInput(in); got != want {
+			t.Errorf("callInput(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

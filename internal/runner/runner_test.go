@@ -1046,3 +1046,28 @@ func TestModelCallsWaitForTheCarriedTotals(t *testing.T) {
 	g.Eventually(done).Should(Receive(Equal(http.StatusNoContent)))
 	g.Expect(served.Load()).To(Equal(int32(1)))
 }
+
+// TestRepeatedFailingCallIsReported: a scripted agent runs the same failing command again and
+// again mid-turn (other calls between); the runner's reports count the failures in a row and
+// name the call, which the manager stops at the Project's maxRepeatedFailures (envtest "Runaway
+// limits").
+func TestRepeatedFailingCallIsReported(t *testing.T) {
+	g := NewWithT(t)
+	failing := map[string]any{"run": []string{"git", "frobnicate", "--all"}}
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/loop",
+		prompt: "Fix the widgets", sc: scenario{Turns: []turn{{Steps: []map[string]any{
+			failing, {"run": []string{"git", "status", "--short"}}, failing, write("notes.txt", "try again"), failing,
+			{"sleep": "10m"}}}}}})
+	h.start()
+	g.Eventually(func() *runnerapi.LoopReport {
+		reps := h.env.Backend.Reports(h.session)
+		if len(reps) == 0 {
+			return nil
+		}
+		return reps[len(reps)-1].Loop
+	}).WithTimeout(30*time.Second).Should(HaveValue(And(HaveField("RepeatedFailures", int32(3)), HaveField("FailingCall", "Bash: git frobnicate --all"))),
+		"stderr:\n%s", h.stderr)
+	g.Expect(h.env.Backend.Activity(h.session)).To(HaveField("State", agentsv1alpha1.ActivityActive), "mid-turn")
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+}

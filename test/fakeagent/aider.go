@@ -97,7 +97,7 @@ func aider(args []string) error {
 			}
 			e.println(fmt.Sprintf("Commit %s %s", sha, st.Commit))
 		case st.Run != nil:
-			_ = e.run(st.Run)
+			_, _ = e.run(st.Run)
 		case st.Sleep != "":
 			sleep(st.Sleep)
 		case st.Retry != "":

@@ -116,7 +116,9 @@ func claude(args []string) error {
 		case st.Run != nil:
 			id := newID("toolu_")
 			assistant(map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": map[string]any{"command": strings.Join(st.Run, " ")}})
-			toolResult(id, e.run(st.Run), false)
+			// Claude Code marks a command that exited non-zero as a failed tool result.
+			out, failed := e.run(st.Run)
+			toolResult(id, out, failed)
 		case st.Sleep != "":
 			sleep(st.Sleep)
 		case st.Retry != "":

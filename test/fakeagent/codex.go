@@ -105,7 +105,7 @@ func codex(args []string) error {
 			}
 			e.emit(map[string]any{"type": "item.completed", "item": it})
 		case st.Run != nil:
-			_ = e.run(st.Run)
+			_, _ = e.run(st.Run)
 		case st.Sleep != "":
 			sleep(st.Sleep)
 		case st.Retry != "":

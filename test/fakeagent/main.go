@@ -249,7 +249,9 @@ func (e *env) commit(msg string) (string, error) {
 }
 
 // run runs a Run step and records it.
-func (e *env) run(args []string) string {
+// run runs args in the checkout, records it, and returns the tool result as the CLI would show
+// it and whether the program failed.
+func (e *env) run(args []string) (string, bool) {
 	rec := RunRecord{Args: args}
 	if len(args) == 0 {
 		rec.Exit, rec.Output = 127, "run: no program"
@@ -270,7 +272,7 @@ func (e *env) run(args []string) string {
 		_ = json.NewEncoder(f).Encode(rec)
 		_ = f.Close()
 	}
-	return fmt.Sprintf("exit %d: %s", rec.Exit, rec.Output)
+	return fmt.Sprintf("exit %d: %s", rec.Exit, rec.Output), rec.Exit != 0
 }
 
 func sleep(s string) {

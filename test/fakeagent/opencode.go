@@ -119,7 +119,7 @@ func opencode(args []string) error {
 			}
 			tool("bash", map[string]any{"command": "git add -A && git commit -m '" + st.Commit + "'"}, bashDenied, out)
 		case st.Run != nil:
-			_ = e.run(st.Run)
+			_, _ = e.run(st.Run)
 		case st.Sleep != "":
 			sleep(st.Sleep)
 		case st.Retry != "":
