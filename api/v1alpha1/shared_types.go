@@ -76,7 +76,7 @@ type LocalObjectReference struct {
 }
 
 // AgentType names a supported coding agent CLI.
-// +kubebuilder:validation:Enum=claude-code;codex;aider;opencode
+// +kubebuilder:validation:Enum=claude-code;codex;aider;opencode;gemini;custom
 type AgentType string
 
 // The supported agents. Each has an adapter in internal/agent/<type>.
@@ -85,7 +85,49 @@ const (
 	AgentCodex      AgentType = "codex"
 	AgentAider      AgentType = "aider"
 	AgentOpenCode   AgentType = "opencode"
+	// AgentGemini is Google's Gemini CLI.
+	AgentGemini AgentType = "gemini"
+	// AgentCustom runs a CLI Shepherd has no adapter for: spec.agent.image and
+	// spec.agent.custom say what to run and how it reports (docs/agents.md, "Bring your own").
+	AgentCustom AgentType = "custom"
 )
+
+// CustomOutput is the format a custom agent's command prints.
+// +kubebuilder:validation:Enum=Shepherd;ClaudeCode;Codex;OpenCode
+type CustomOutput string
+
+const (
+	// CustomOutputShepherd is Shepherd's JSON-lines agent protocol (docs/agents.md).
+	CustomOutputShepherd CustomOutput = "Shepherd"
+	// CustomOutputClaudeCode is Claude Code's --output-format stream-json.
+	CustomOutputClaudeCode CustomOutput = "ClaudeCode"
+	// CustomOutputCodex is codex exec --json.
+	CustomOutputCodex CustomOutput = "Codex"
+	// CustomOutputOpenCode is opencode run --format json.
+	CustomOutputOpenCode CustomOutput = "OpenCode"
+)
+
+// CustomAgentSpec is what a custom agent runs and how it reports.
+type CustomAgentSpec struct {
+	// Command is the program and its arguments, run for every turn in the checkout, without a
+	// shell, in the agent's image. The prompt arrives on standard input; the environment says
+	// the rest (SHEPHERD_RESUME, SHEPHERD_SESSION_ID, SHEPHERD_MODEL, SHEPHERD_PERMISSION_MODE,
+	// and with a model proxy SHEPHERD_MODEL_API, SHEPHERD_MODEL_BASE_URL, SHEPHERD_MODEL_API_KEY).
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=1024
+	Command []string `json:"command"`
+
+	// Output is the format the command prints on standard output: Shepherd (default, the
+	// JSON-lines protocol of docs/agents.md) or the output format of a CLI Shepherd drives
+	// (ClaudeCode, Codex, OpenCode), for a wrapper around one of them.
+	// +optional
+	// +kubebuilder:default=Shepherd
+	Output CustomOutput `json:"output,omitempty"`
+}
 
 // PermissionMode says how much the agent may do without asking. Agents run headless in a pod
 // that is their sandbox, so nobody is there to answer a permission prompt: the modes map to each
@@ -142,6 +184,7 @@ type AgentCredential struct {
 
 // AgentSpec configures the coding agent. On a Project it holds the defaults for every session;
 // on an AgentSession each field set overrides the Project's.
+// +kubebuilder:validation:XValidation:rule=`!has(self.custom) || !has(self.type) || self.type == 'custom'`,message="agent.custom is for type custom only: remove it, or set type: custom"
 type AgentSpec struct {
 	// Type of agent CLI to run. Required on a Project.
 	// +optional
@@ -207,10 +250,15 @@ type AgentSpec struct {
 	// <session>@agents.shepherd.dev.
 	// +optional
 	GitAuthor *GitAuthor `json:"gitAuthor,omitempty"`
+
+	// Custom says what a custom agent (type custom) runs and how it reports; the image is
+	// spec.agent.image, which a custom agent must set.
+	// +optional
+	Custom *CustomAgentSpec `json:"custom,omitempty"`
 }
 
 // ModelAPIKind names the wire protocol of a model API.
-// +kubebuilder:validation:Enum=Anthropic;OpenAI
+// +kubebuilder:validation:Enum=Anthropic;OpenAI;Gemini
 type ModelAPIKind string
 
 const (
@@ -218,6 +266,9 @@ const (
 	ModelAPIAnthropic ModelAPIKind = "Anthropic"
 	// ModelAPIOpenAI is OpenAI's Responses and Chat Completions APIs (Codex, OpenCode, Aider).
 	ModelAPIOpenAI ModelAPIKind = "OpenAI"
+	// ModelAPIGemini is Google's Gemini API (generateContent and streamGenerateContent; Gemini
+	// CLI).
+	ModelAPIGemini ModelAPIKind = "Gemini"
 )
 
 // ModelAPISpec is the upstream model API of a Project's agents and the key to call it with.
