@@ -25,7 +25,7 @@ type ProjectSpec struct {
 
 	// Agent holds the defaults for every session's agent. type is required.
 	// +required
-	// +kubebuilder:validation:XValidation:rule=`has(self.type)`,message="spec.agent.type is required: one of claude-code, codex, aider, opencode"
+	// +kubebuilder:validation:XValidation:rule=`has(self.type)`,message="spec.agent.type is required: one of claude-code, codex, aider, opencode, gemini, custom"
 	Agent AgentSpec `json:"agent"`
 
 	// Workspace says how checkouts are made and stored.

@@ -201,6 +201,31 @@ func Register(a Agent) {
 	registry[a.Type()] = a
 }
 
+// Custom is a custom agent's settings (agent type custom): the command it runs and the output
+// format it prints.
+type Custom struct {
+	Command []string
+	Output  agentsv1alpha1.CustomOutput
+}
+
+// Configurable is an adapter that takes per-task settings: the custom agent.
+type Configurable interface {
+	// Configure returns the adapter for a task with these settings.
+	Configure(c *Custom) (Agent, error)
+}
+
+// ForTask returns the adapter for t, configured with c when the adapter takes settings.
+func ForTask(t agentsv1alpha1.AgentType, c *Custom) (Agent, error) {
+	a, err := Get(t)
+	if err != nil {
+		return nil, err
+	}
+	if cfg, ok := a.(Configurable); ok {
+		return cfg.Configure(c)
+	}
+	return a, nil
+}
+
 // Get returns the adapter for t.
 func Get(t agentsv1alpha1.AgentType) (Agent, error) {
 	mu.RLock()

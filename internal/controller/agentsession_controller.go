@@ -237,6 +237,9 @@ func (r *AgentSessionReconciler) resolveProject(ctx context.Context, s *sessionS
 	if r.agentImage(s.agent) == "" {
 		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "no image for agent type %q: set spec.agent.image on the session or the Project", s.agent.Type)
 	}
+	if s.agent.Type == agentsv1alpha1.AgentCustom && (s.agent.Custom == nil || len(s.agent.Custom.Command) == 0) {
+		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "agent type custom needs spec.agent.custom.command (on the session or the Project): the program its image runs; see docs/agents.md")
+	}
 	settings, err := lifecycle.ResolveSettings(p.Spec.Reactions, p.Spec.Activity)
 	if err != nil {
 		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "Project %s: %v", p.Name, err)

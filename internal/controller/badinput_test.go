@@ -95,6 +95,36 @@ var _ = Describe("Bad input", func() {
 		Expect(a.status().Conditions).NotTo(HaveCondition(agentsv1alpha1.ConditionStalled, metav1.ConditionTrue))
 	})
 
+	It("holds a custom agent without its command or image, and runs the team's image and command once set", func() {
+		w := newWorld()
+		create(w.project().Obj())
+		a := w.agent("own-cli")
+		create(MakeSession(a.name, w.ns, "widgets").Prompt("Use our CLI").With(func(s *agentsv1alpha1.AgentSessionSpec) {
+			s.Agent = &agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentCustom}
+		}).Obj())
+		stalled := func() string {
+			if c := meta.FindStatusCondition(a.status().Conditions, agentsv1alpha1.ConditionStalled); c != nil {
+				return c.Message
+			}
+			return ""
+		}
+		Eventually(stalled).Should(ContainSubstring(`no image for agent type "custom": set spec.agent.image`))
+		update(&agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: a.name}}, func(s *agentsv1alpha1.AgentSession) {
+			s.Spec.Agent.Image = "registry.example/team/agent:1.4"
+		})
+		Eventually(stalled).Should(ContainSubstring("agent type custom needs spec.agent.custom.command"))
+		Expect(podExists(w.ns, a.podName())()).To(BeFalse())
+		update(&agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: a.name}}, func(s *agentsv1alpha1.AgentSession) {
+			s.Spec.Agent.Custom = &agentsv1alpha1.CustomAgentSpec{Command: []string{"/opt/team/agent", "--json"}}
+		})
+		Expect(a.pod().Spec.Containers[0].Image).To(Equal("registry.example/team/agent:1.4"))
+		a.start()
+		Expect(a.runner.task.Agent.Custom).To(HaveValue(And(HaveField("Command", Equal([]string{"/opt/team/agent", "--json"})),
+			HaveField("Output", agentsv1alpha1.CustomOutputShepherd))), "the runner gets the command and the format")
+		a.report(agentsv1alpha1.ActivityActive)
+		a.expect(agentsv1alpha1.PhaseWorking)
+	})
+
 	It("keeps a session going while the forge answers 500s, says so on Reconciling, and catches up with the pull request after", func() {
 		w := newWorld()
 		// A token of its own: the outage hits this test's forge connection only.

@@ -548,7 +548,10 @@ func mergeAgent(base agentsv1alpha1.AgentSpec, o *agentsv1alpha1.AgentSpec) agen
 	}
 	if o.Type != "" && o.Type != base.Type {
 		// Another agent: the Project's image and model were chosen for its type.
-		out.Type, out.Image, out.Model = o.Type, "", ""
+		out.Type, out.Image, out.Model, out.Custom = o.Type, "", "", nil
+	}
+	if o.Custom != nil {
+		out.Custom = o.Custom.DeepCopy()
 	}
 	if o.Image != "" {
 		out.Image = o.Image

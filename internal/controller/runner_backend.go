@@ -102,6 +102,9 @@ func (b *RunnerBackend) Task(ctx context.Context, s runnerapi.Session) (*runnera
 		BaseBranch:     string(p.Spec.Repository.DefaultBranch),
 		AgentSessionID: sess.Status.Agent.SessionID,
 	}
+	if c := agent.Custom; c != nil {
+		t.Agent.Custom = &runnerapi.CustomAgent{Command: append([]string(nil), c.Command...), Output: c.Output}
+	}
 	if t.Agent.PermissionMode == "" {
 		t.Agent.PermissionMode = agentsv1alpha1.PermissionBypass
 	}

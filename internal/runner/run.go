@@ -219,7 +219,11 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 		return 1, err
 	}
 	local.SetBranch(r.task.Branch)
-	if r.adapter, err = agent.Get(r.task.Agent.Type); err != nil {
+	var custom *agent.Custom
+	if c := r.task.Agent.Custom; c != nil {
+		custom = &agent.Custom{Command: c.Command, Output: c.Output}
+	}
+	if r.adapter, err = agent.ForTask(r.task.Agent.Type, custom); err != nil {
 		return 1, err
 	}
 	r.rep = newReporter(client, r.task, cfg.Debounce, cfg.Heartbeat, cfg.Stderr)

@@ -169,6 +169,8 @@ type options struct {
 	agentModel string
 	// agentHome is the agent's home (RunConfig.AgentHome).
 	agentHome string
+	// custom is a custom agent's command (type custom).
+	custom *runnerapi.CustomAgent
 }
 
 // newHarness starts a git server that requires credentials only the manager has, the real
@@ -193,7 +195,7 @@ func newHarness(t *testing.T, o options) *harness {
 	t.Cleanup(h.env.Close)
 	h.env.Backend.SetGitRemote(h.srv.URL(repo), http.Header{"Authorization": {basicAuth(user, password)}})
 	h.env.Backend.SetTask(h.session, runnerapi.Task{
-		Agent:  runnerapi.AgentConfig{Type: o.agent, Model: o.agentModel, PermissionMode: agentsv1alpha1.PermissionBypass},
+		Agent:  runnerapi.AgentConfig{Type: o.agent, Model: o.agentModel, PermissionMode: agentsv1alpha1.PermissionBypass, Custom: o.custom},
 		Prompt: o.prompt, Title: "Fix the widgets", Issue: &runnerapi.Issue{ID: "42"},
 		Repository: h.srv.URL(repo), Branch: o.branch, BaseBranch: "main",
 	})
@@ -1068,6 +1070,52 @@ func TestRepeatedFailingCallIsReported(t *testing.T) {
 	}).WithTimeout(30*time.Second).Should(HaveValue(And(HaveField("RepeatedFailures", int32(3)), HaveField("FailingCall", "Bash: git frobnicate --all"))),
 		"stderr:\n%s", h.stderr)
 	g.Expect(h.env.Backend.Activity(h.session)).To(HaveField("State", agentsv1alpha1.ActivityActive), "mid-turn")
+	h.cancel()
+	g.Expect(h.wait().code).To(Equal(0))
+}
+
+// TestCustomAgentRunsTheTeamsOwnCLI: a custom agent (a short shell script speaking Shepherd's
+// JSON-lines protocol, test/customagent) runs under the real runner: its commit is pushed and
+// the pull request asked for, a follow-up resumes its conversation by the id it reported, its
+// question ends the turn as WaitingForInput, and its usage adds up.
+func TestCustomAgentRunsTheTeamsOwnCLI(t *testing.T) {
+	g := NewWithT(t)
+	script, err := filepath.Abs(filepath.Join("..", "..", "test", "customagent", "agent.sh"))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Setenv("CUSTOM_AGENT_ASK", "Should the notes go in the docs?")
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentCustom, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/custom",
+		prompt: "Write notes; $(touch pwned)", custom: &runnerapi.CustomAgent{Command: []string{script}}})
+	h.start()
+	be, s := h.env.Backend, h.session
+	g.Eventually(func() []runnerapi.PullRequestRequest { return be.PullRequests(s) }).WithTimeout(30*time.Second).Should(HaveLen(1),
+		"stdout:\n%s\nstderr:\n%s", h.stdout, h.stderr)
+	g.Expect(h.gitOut("log", "--format=%s", "-1")).To(Equal("Notes for turn 1"))
+	g.Expect(h.srv.Ref(repo, "refs/heads/shepherd/custom")).To(Equal(be.PullRequests(s)[0].Head))
+	g.Expect(be.PullRequests(s)[0].Body).To(ContainSubstring("Wrote notes-1.txt."))
+	notes, err := os.ReadFile(filepath.Join(h.checkout, "notes-1.txt"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(notes)).To(ContainSubstring("Write notes; $(touch pwned)"), "the prompt reached the agent unchanged, on stdin")
+	g.Expect(filepath.Join(h.checkout, "pwned")).NotTo(BeAnExistingFile())
+	var conv string
+	g.Eventually(func() string {
+		reps := be.Reports(s)
+		if a := reps[len(reps)-1].Agent; a != nil {
+			conv = a.SessionID
+		}
+		return conv
+	}).Should(HavePrefix("conv-"))
+	g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).Should(HaveField("State", agentsv1alpha1.ActivityReady))
+
+	be.AddMessage(s, runnerapi.Message{ID: "m-1", Text: "Now the follow-up"})
+	g.Eventually(func() *runnerapi.ActivityReport { return be.Activity(s) }).WithTimeout(30*time.Second).Should(And(
+		HaveField("State", agentsv1alpha1.ActivityWaitingForInput), HaveField("Question", "Should the notes go in the docs?")),
+		"stderr:\n%s", h.stderr)
+	g.Expect(h.gitOut("log", "--format=%s", "-2")).To(Equal("Notes for turn 2\nNotes for turn 1"))
+	reps := be.Reports(s)
+	last := reps[len(reps)-1]
+	g.Expect(last.Agent.SessionID).To(Equal(conv), "the follow-up resumed the conversation the agent named")
+	g.Expect(last.Agent.Model).To(Equal("script-agent-1"))
+	g.Expect(last.Usage).To(And(HaveField("InputTokens", int64(200)), HaveField("OutputTokens", int64(40)), HaveField("Turns", int32(2))))
 	h.cancel()
 	g.Expect(h.wait().code).To(Equal(0))
 }

@@ -109,6 +109,14 @@ type AgentConfig struct {
 	PermissionMode    agentsv1alpha1.PermissionMode `json:"permissionMode,omitempty"`
 	ExtraArgs         []string                      `json:"extraArgs,omitempty"`
 	ExtraInstructions string                        `json:"extraInstructions,omitempty"`
+	// Custom is a custom agent's command and output format (type custom).
+	Custom *CustomAgent `json:"custom,omitempty"`
+}
+
+// CustomAgent is what a custom agent runs and how it reports.
+type CustomAgent struct {
+	Command []string                    `json:"command"`
+	Output  agentsv1alpha1.CustomOutput `json:"output,omitempty"`
 }
 
 // Issue is the tracker issue a task comes from.

@@ -100,11 +100,11 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).Agent("").Obj()
 			},
-			want: `spec.agent: Invalid value: spec.agent.type is required: one of claude-code, codex, aider, opencode`,
+			want: `spec.agent: Invalid value: spec.agent.type is required: one of claude-code, codex, aider, opencode, gemini, custom`,
 		}),
 		Entry("an unknown agent type", invalid{
-			obj:  func(ns string) client.Object { return MakeProject("p", ns).Agent("gemini").Obj() },
-			want: `[spec.agent.type: Unsupported value: "gemini": supported values: "claude-code", "codex", "aider", "opencode", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+			obj:  func(ns string) client.Object { return MakeProject("p", ns).Agent("cursor").Obj() },
+			want: `[spec.agent.type: Unsupported value: "cursor": supported values: "claude-code", "codex", "aider", "opencode", "gemini", "custom", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
 		}),
 		Entry("a negative session limit", invalid{
 			obj:  func(ns string) client.Object { return MakeProject("p", ns).MaxConcurrent(-1).Obj() },
@@ -186,6 +186,22 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 				}).Obj()
 			},
 			want: `spec.budget.dailyUSD: Invalid value: "50€": spec.budget.dailyUSD in body should match '^[0-9]+(\.[0-9]+)?$'`,
+		}),
+		Entry("custom agent settings on another agent type", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent.Custom = &agentsv1alpha1.CustomAgentSpec{Command: []string{"/bin/agent"}}
+				}).Obj()
+			},
+			want: `spec.agent: Invalid value: agent.custom is for type custom only: remove it, or set type: custom`,
+		}),
+		Entry("a custom agent without a command", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent = agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentCustom, Image: "team/agent:1", Custom: &agentsv1alpha1.CustomAgentSpec{}}
+				}).Obj()
+			},
+			want: `[spec.agent.custom.command: Required value, <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
 		}),
 		Entry("a BudgetPolicy without a cap", invalid{
 			obj: func(ns string) client.Object {
@@ -442,7 +458,7 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 					s.Agent.ModelAPI = &agentsv1alpha1.ModelAPISpec{API: "Gopher"}
 				}).Obj()
 			},
-			want: `[spec.agent.modelAPI.api: Unsupported value: "Gopher": supported values: "Anthropic", "OpenAI", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+			want: `[spec.agent.modelAPI.api: Unsupported value: "Gopher": supported values: "Anthropic", "OpenAI", "Gemini", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
 		}),
 		Entry("a model request budget of zero", invalid{
 			obj: func(ns string) client.Object {
@@ -566,7 +582,7 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 		}),
 		Entry("an unknown agent override", invalid{
 			obj:  func(ns string) client.Object { return MakeSession("s", ns, "p").Issue("42").Agent("cursor").Obj() },
-			want: `[spec.agent.type: Unsupported value: "cursor": supported values: "claude-code", "codex", "aider", "opencode", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+			want: `[spec.agent.type: Unsupported value: "cursor": supported values: "claude-code", "codex", "aider", "opencode", "gemini", "custom", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
 		}),
 		Entry("both a worktreeRef and a worktree template", invalid{
 			obj: func(ns string) client.Object {

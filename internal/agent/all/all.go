@@ -6,5 +6,6 @@ import (
 	_ "github.com/shepherd-dev/shepherd/internal/agent/aider"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/claudecode"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/codex"
+	_ "github.com/shepherd-dev/shepherd/internal/agent/custom"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/opencode"
 )
