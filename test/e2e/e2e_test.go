@@ -280,6 +280,17 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		wholeSession(ctx, c)
 	})
 
+	// Issue 22: every real CLI through the whole session, configured only through the Project;
+	// Claude Code's in clone mode (its worktree-mode session is the spec above). Each loses its
+	// pod between turns and resumes the conversation in the new one. Focus one with
+	// -ginkgo.focus='installs.the.CRDs|runs.the.manager|whole.session.with.*Codex'.
+	DescribeTable("runs the whole session with each real CLI, its pod replaced between turns",
+		func(a realAgent, mode agentsv1alpha1.WorkspaceMode) { agentWholeSession(ctx, c, a, mode) },
+		Entry(codexAgent.name+", worktree mode", codexAgent, agentsv1alpha1.WorkspaceWorktree),
+		Entry(openCodeAgent.name+", worktree mode", openCodeAgent, agentsv1alpha1.WorkspaceWorktree),
+		Entry(claudeCodeAgent.name+", clone mode", claudeCodeAgent, agentsv1alpha1.WorkspaceClone),
+	)
+
 	It("runs a whole session on a real Gitea: commit statuses, official reviews, webhooks drive the phases", func() {
 		giteaSession(ctx, c)
 	})

@@ -11,6 +11,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -37,6 +40,13 @@ type playOptions struct {
 	stepTimeout time.Duration
 	// afterCIFailed runs while the agent works on the CI fix.
 	afterCIFailed func(context.Context) error
+	// afterPullRequest runs once the pull request is open, the agent between turns.
+	afterPullRequest func(context.Context) error
+	// agent, when set, runs that real CLI from its image instead of Claude Code; mode, when set,
+	// is the Project's workspace mode; project changes the rendered Project further.
+	agent   *realAgent
+	mode    agentsv1alpha1.WorkspaceMode
+	project func(*agentsv1alpha1.ProjectSpec)
 }
 
 // playScenario serves the scripted model and a notification receiver on the node IP, applies
@@ -47,7 +57,11 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 	host := nodeIP(ctx, c)
 
 	By("serving the scripted model (one commit per turn) and a notification receiver on the node IP")
-	model, err := scenario.StartModel(host)
+	script := scenario.Script()
+	if a := opts.agent; a != nil {
+		script = scenario.ScriptWith(func(command, _ string) modelserver.Reply { return a.shell(command) })
+	}
+	model, err := scenario.StartModelWith(host, script)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(model.Close)
 	notices, err := scenario.StartReceiver(host, nil)
@@ -61,6 +75,18 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 	m, err := scenario.Render(filepath.Join(repoRoot(), "config", "samples", "demo"), ns.Name,
 		scenario.ValuesFor(forge, model.URL(), notices.URL(), host, opts.pollInterval))
 	Expect(err).NotTo(HaveOccurred())
+	if a := opts.agent; a != nil {
+		// As a team switches the demo to another CLI: its type, its image, the model API it
+		// speaks and the model it needs; the rest of the Project is the demo's.
+		m.Project.Spec.Agent.Type, m.Project.Spec.Agent.Image, m.Project.Spec.Agent.Model = a.typ, a.image, a.model
+		m.Project.Spec.Agent.ModelAPI.API = a.api
+	}
+	if opts.mode != "" {
+		m.Project.Spec.Workspace.Mode = opts.mode
+	}
+	if opts.project != nil {
+		opts.project(&m.Project.Spec)
+	}
 	webhookURL, err := scenario.WebhookURL(ctx, c.client, client.ObjectKeyFromObject(m.Project))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(forge.HookTo(ctx, webhookURL)).To(Succeed())
@@ -79,7 +105,8 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 		OnTransition: func(t scenario.Transition, _ *scenario.Transition) {
 			fmt.Fprintf(GinkgoWriter, "phase %-16s at %s\n", t.Phase, t.At.Format("15:04:05.000"))
 		},
-		AfterCIFailed: opts.afterCIFailed,
+		AfterCIFailed:    opts.afterCIFailed,
+		AfterPullRequest: opts.afterPullRequest,
 	}
 	run.res, err = play.Run(pctx, func(ctx context.Context) error { return m.CreateSession(ctx, c.client) })
 	if err != nil {
@@ -231,4 +258,64 @@ func diagnose(ctx context.Context, c *cluster, key client.ObjectKey) string {
 		}
 	}
 	return b.String()
+}
+
+// agentWholeSession plays the whole session with the real CLI of a from its agent image, in
+// mode, configured only through the Project as a user would: its agent type, image, model API
+// and model. While the pull request waits for CI the agent's pod is deleted: the session gets a
+// new pod, and the CI fix is a turn of the same conversation in it (the CLI's conversation files
+// live on the session's volume, where the new pod finds them).
+func agentWholeSession(ctx context.Context, c *cluster, a realAgent, mode agentsv1alpha1.WorkspaceMode) {
+	By("serving the fake GitHub on the node IP, with webhooks to the manager's Service")
+	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(gh.Close)
+	var run *sessionRun
+	var firstPod types.UID
+	run = playScenario(ctx, c, gh, playOptions{
+		pollInterval: time.Minute, agent: &a, mode: mode,
+		project: func(s *agentsv1alpha1.ProjectSpec) {
+			// A deleted pod is replaced after the grace: short here, so the spec does not wait.
+			s.Activity = &agentsv1alpha1.ActivitySpec{GracePeriod: &metav1.Duration{Duration: 5 * time.Second}, GraceObservations: ptr.To(int32(1))}
+		},
+		afterPullRequest: func(ctx context.Context) error {
+			By("deleting the agent's pod between turns: the session gets a new one")
+			key := client.ObjectKey{Namespace: run.ns, Name: run.key.Name + "-agent"}
+			pod := &corev1.Pod{}
+			if err := c.client.Get(ctx, key, pod); err != nil {
+				return fmt.Errorf("the agent pod: %w", err)
+			}
+			firstPod = pod.UID
+			if err := c.client.Delete(ctx, pod); err != nil {
+				return err
+			}
+			deadline := time.Now().Add(3 * time.Minute)
+			for time.Now().Before(deadline) {
+				p := &corev1.Pod{}
+				if c.client.Get(ctx, key, p) == nil && p.UID != firstPod && p.Status.Phase == corev1.PodRunning {
+					return nil
+				}
+				time.Sleep(time.Second)
+			}
+			return fmt.Errorf("no new agent pod within 3m\n%s", diagnose(ctx, c, run.key))
+		},
+	})
+	Expect(firstPod).NotTo(BeEmpty())
+	checkSessionEnd(ctx, c, run)
+	Expect(gh.Server.Stats().ByRoute).To(HaveKeyWithValue("PUT /repos/{o}/{r}/pulls/{x}/merge", 1), "one merge call")
+
+	By("the CI fix, in the new pod, continued the conversation of the first turn")
+	var first, fix string
+	for _, t := range run.model.Turns() {
+		text := strings.Join(t.UserTexts(), "\n")
+		if first == "" {
+			first = t.Header.Get(a.conversation)
+		}
+		if fix == "" && strings.Contains(text, run.forge.FailureEvidence()) {
+			fix = t.Header.Get(a.conversation)
+			Expect(strings.Join(t.AssistantTexts(), "\n")).To(ContainSubstring(scenario.TaskSummary), "the model saw the first turn")
+		}
+	}
+	Expect(first).NotTo(BeEmpty(), "the CLI names its conversation in %s", a.conversation)
+	Expect(fix).To(Equal(first), "the fix is a turn of the same conversation")
 }

@@ -39,6 +39,9 @@ type Play struct {
 	// AfterCIFailed, when set, runs once the session reached CIFailed, while the agent works on
 	// the fix (the e2e suite restarts the manager here).
 	AfterCIFailed func(ctx context.Context) error
+	// AfterPullRequest, when set, runs once the pull request is open and before CI reports, while
+	// the agent waits between turns (the e2e suite replaces the agent's pod here).
+	AfterPullRequest func(ctx context.Context) error
 }
 
 // Step is one reaction the scenario waited for, and how long it took from the action (or the
@@ -111,6 +114,11 @@ func (p *Play) play(ctx context.Context, res *Result) error {
 	p.Logf("pull request #%d on %s: %s (branch %s)", n, f.Name(), pr.URL, res.Branch)
 	seen := map[string]bool{}
 	p.logCommits(ctx, n, seen)
+	if p.AfterPullRequest != nil {
+		if err := p.AfterPullRequest(ctx); err != nil {
+			return err
+		}
+	}
 
 	// 2. CI fails; the agent gets the failure.
 	mark, at := log.Len(), time.Now()
