@@ -240,6 +240,12 @@ const (
 	LabelWorktree = "agents.shepherd.dev/worktree"
 	// LabelComponent says what a child is: agent, mirror, checkout.
 	LabelComponent = "agents.shepherd.dev/component"
+	// LabelClaim names the ReadWriteOnce checkout or workspace claim a pod mounts (hashed past
+	// 63 characters): the pods that share one are kept on one node by a pod affinity to it.
+	LabelClaim = "agents.shepherd.dev/claim"
+	// LabelProjectClaim names the Project's ReadWriteOnce workspace claim a clone-mode pod mounts
+	// for the shared paths, kept on one node likewise.
+	LabelProjectClaim = "agents.shepherd.dev/project-claim"
 	// BacklogLabel is "true" on the AgentSessions a Project's backlog created.
 	BacklogLabel = "agents.shepherd.dev/backlog"
 	// IssueLabel carries the issue key of a backlog session ("42", "eng-123").

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -600,6 +602,7 @@ func (d *Deps) worktreePod(p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktre
 	})
 	home := homePath("worktree-" + wt.Name)
 	pod := d.basePod(worktreePodName(wt.Name), wt.Namespace, labels, p, vol, d.runnerArgs(p, vol, home, "", nil), nil)
+	colocate(pod, p, wt, vol)
 	pod.Annotations = map[string]string{annotationOperation: op, annotationGeneration: strconv.FormatInt(wt.Generation, 10)}
 	if req := wt.Annotations[agentsv1alpha1.ReconcileRequestAnnotation]; req != "" {
 		pod.Annotations[agentsv1alpha1.ReconcileRequestAnnotation] = req
@@ -646,6 +649,7 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 	})
 	home := homePath(sess.Name)
 	pod := d.basePod(agentPodName(sess.Name), sess.Namespace, labels, p, vol, d.runnerArgs(p, vol, home, sess.Name, &agent), &agent)
+	colocate(pod, p, wt, vol)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	// The runner stops the agent on SIGTERM within its stop grace (10s) and reports; leave room.
 	pod.Spec.TerminationGracePeriodSeconds = ptrTo(int64(30))
@@ -705,4 +709,47 @@ func gitIdentity(session string, a *agentsv1alpha1.GitAuthor) []corev1.EnvVar {
 		{Name: "GIT_COMMITTER_NAME", Value: name},
 		{Name: "GIT_COMMITTER_EMAIL", Value: email},
 	}
+}
+
+// colocate keeps the pods that mount the same ReadWriteOnce claim on one node: a block volume
+// serves one node at a time, and a second pod elsewhere would wait on its attachment forever (a
+// Multi-Attach error). Each such claim labels the pod and asks for a required pod affinity to
+// the pods with the same label on the same host. The first pod matches its own term, so it goes
+// wherever the scheduler likes; every later one follows it, also when several are created at
+// once (the scheduler places them one by one). ReadWriteMany claims need nothing, and a
+// ReadWriteOncePod claim admits one pod anyway.
+func colocate(pod *corev1.Pod, p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol checkoutVolume) {
+	var terms []corev1.PodAffinityTerm
+	add := func(key, claim string, st agentsv1alpha1.StorageSpec) {
+		if st.AccessMode != "" && st.AccessMode != string(corev1.ReadWriteOnce) {
+			return
+		}
+		v := labelValue(claim)
+		pod.Labels[key] = v
+		terms = append(terms, corev1.PodAffinityTerm{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{key: v}},
+			TopologyKey:   corev1.LabelHostname,
+		})
+	}
+	storage := mergeStorage(p.Spec.Workspace.Storage, nil)
+	if vol.Mode == agentsv1alpha1.WorkspaceClone && wt != nil {
+		add(agentsv1alpha1.LabelClaim, vol.ClaimName, mergeStorage(p.Spec.Workspace.Storage, wt.Spec.Storage))
+	} else {
+		add(agentsv1alpha1.LabelClaim, vol.ClaimName, storage)
+	}
+	if _, claim := sharedCache(p, vol.Mode); claim != "" {
+		add(agentsv1alpha1.LabelProjectClaim, claim, storage)
+	}
+	if len(terms) > 0 {
+		pod.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: terms}}
+	}
+}
+
+// labelValue is name as a label value: itself up to 63 characters, else its first 54 and a hash.
+func labelValue(name string) string {
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return strings.TrimRight(name[:54], "-._") + "-" + hex.EncodeToString(sum[:4])
 }

@@ -898,6 +898,77 @@ func TestPodsFollowTheProjectsScheduling(t *testing.T) {
 	g.Expect(p.Spec.Scheduling.NodeSelector).To(HaveKeyWithValue("pool", "agents"), "the pod holds a copy")
 }
 
+// TestPodsShareAReadWriteOnceClaimOnOneNode: the pods that mount one ReadWriteOnce claim carry
+// its label and a required pod affinity to it on the same host; ReadWriteMany and
+// ReadWriteOncePod claims get none.
+func TestPodsShareAReadWriteOnceClaimOnOneNode(t *testing.T) {
+	hostTerm := func(key, claim string) corev1.PodAffinityTerm {
+		return corev1.PodAffinityTerm{LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{key: claim}}, TopologyKey: "kubernetes.io/hostname"}
+	}
+	long := strings.Repeat("w", 60)
+	for _, tc := range []struct {
+		name    string
+		mode    agentsv1alpha1.WorkspaceMode
+		access  string
+		wtMode  string // the Worktree's own storage override
+		shared  bool
+		project string
+		want    []corev1.PodAffinityTerm
+	}{
+		{name: "worktree mode, the default ReadWriteOnce workspace", mode: agentsv1alpha1.WorkspaceWorktree,
+			want: []corev1.PodAffinityTerm{hostTerm(agentsv1alpha1.LabelClaim, "widgets-workspace")}},
+		{name: "worktree mode, ReadWriteMany", mode: agentsv1alpha1.WorkspaceWorktree, access: "ReadWriteMany"},
+		{name: "worktree mode, ReadWriteOncePod", mode: agentsv1alpha1.WorkspaceWorktree, access: "ReadWriteOncePod"},
+		{name: "clone mode: the Worktree's checkout", mode: agentsv1alpha1.WorkspaceClone,
+			want: []corev1.PodAffinityTerm{hostTerm(agentsv1alpha1.LabelClaim, "fix-checkout")}},
+		{name: "clone mode, the Worktree's checkout ReadWriteMany", mode: agentsv1alpha1.WorkspaceClone, wtMode: "ReadWriteMany"},
+		{name: "clone mode with shared paths: the checkout and the Project's workspace", mode: agentsv1alpha1.WorkspaceClone, shared: true,
+			want: []corev1.PodAffinityTerm{hostTerm(agentsv1alpha1.LabelClaim, "fix-checkout"), hostTerm(agentsv1alpha1.LabelProjectClaim, "widgets-workspace")}},
+		{name: "a claim name past 63 characters is hashed", mode: agentsv1alpha1.WorkspaceWorktree, project: long,
+			want: []corev1.PodAffinityTerm{hostTerm(agentsv1alpha1.LabelClaim, labelValue(long+"-workspace"))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			name := "widgets"
+			if tc.project != "" {
+				name = tc.project
+			}
+			p := MakeProject(name, "ns").Obj()
+			if tc.access != "" {
+				p.Spec.Workspace.Storage = &agentsv1alpha1.StorageSpec{AccessMode: tc.access}
+			}
+			if tc.shared {
+				p.Spec.Workspace.SharedPaths = []string{"node_modules"}
+			}
+			s := MakeSession("fix", "ns", name).Prompt("p").Obj()
+			wt := MakeWorktree("fix", "ns", name, "shepherd/fix").Obj()
+			if tc.wtMode != "" {
+				wt.Spec.Storage = &agentsv1alpha1.StorageSpec{AccessMode: tc.wtMode}
+			}
+			vol := worktreeVolume(name, wt, tc.mode)
+			d := testDeps()
+			agentPod, err := d.agentPod(s, p, wt, vol, mergeAgent(p.Spec.Agent, s.Spec.Agent))
+			g.Expect(err).NotTo(HaveOccurred())
+			checkoutPod, err := d.worktreePod(p, wt, vol, operationPrepare)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, pod := range []*corev1.Pod{agentPod, checkoutPod} {
+				if tc.want == nil {
+					g.Expect(pod.Spec.Affinity).To(BeNil(), pod.Name)
+					g.Expect(pod.Labels).NotTo(HaveKey(agentsv1alpha1.LabelClaim), pod.Name)
+					continue
+				}
+				g.Expect(pod.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution).To(Equal(tc.want), pod.Name)
+				for _, term := range tc.want {
+					for k, v := range term.LabelSelector.MatchLabels {
+						g.Expect(pod.Labels).To(HaveKeyWithValue(k, v), "%s matches its own term: the first pod can go anywhere", pod.Name)
+						g.Expect(len(v)).To(BeNumerically("<=", 63))
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestWorktreePod(t *testing.T) {
 	g := NewWithT(t)
 	p := MakeProject("widgets", "ns").Obj()

@@ -96,7 +96,7 @@ func buildTool() *cluster {
 // connects.
 func (c *cluster) start() {
 	By("bringing the cluster up (the Kubernetes binaries are built once and cached)")
-	_, err := c.localcluster(60*time.Minute, "up")
+	_, err := c.localcluster(60*time.Minute, "up", fmt.Sprintf("--kwok-nodes=%d", kwokNodes))
 	Expect(err).NotTo(HaveOccurred(), "localcluster up: its error names the component and its log")
 	env, err := c.localcluster(time.Minute, "env")
 	Expect(err).NotTo(HaveOccurred())

@@ -291,6 +291,11 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		Entry(claudeCodeAgent.name+", clone mode", claudeCodeAgent, agentsv1alpha1.WorkspaceClone),
 	)
 
+	// Issue 22. Alone: -ginkgo.focus='installs.the.CRDs|runs.the.manager|places'.
+	It("places a Project's pods by its scheduling, the pods of one ReadWriteOnce volume on one node", func() {
+		scheduledSessions(ctx, c)
+	})
+
 	It("runs a whole session on a real Gitea: commit statuses, official reviews, webhooks drive the phases", func() {
 		giteaSession(ctx, c)
 	})

@@ -167,7 +167,8 @@ var _ = Describe("NetworkPolicy on the local cluster", Ordered, func() {
 // runner image, whose git plays the server and the client: these specs need no other image.
 func startForNetpol(c *cluster) {
 	By("bringing the cluster up (the Kubernetes binaries and kube-router are built once and cached)")
-	_, err := c.localcluster(60*time.Minute, "up")
+	// The same fake nodes as the main suite's, so that one cluster serves both.
+	_, err := c.localcluster(60*time.Minute, "up", fmt.Sprintf("--kwok-nodes=%d", kwokNodes))
 	Expect(err).NotTo(HaveOccurred(), "localcluster up: its error names the component and its log")
 	env, err := c.localcluster(time.Minute, "env")
 	Expect(err).NotTo(HaveOccurred())
