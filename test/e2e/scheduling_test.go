@@ -74,7 +74,7 @@ func scheduledSessions(ctx context.Context, c *cluster) {
 			g.Expect(pod.Spec.Tolerations).To(ContainElement(kwokTaint))
 			nodes[pod.Spec.NodeName]++
 		}
-	}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed())
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	Expect(nodes).To(HaveLen(1), "every pod of the ReadWriteOnce volume on one node: %v", nodes)
 	for node := range nodes {
 		n := &corev1.Node{}
