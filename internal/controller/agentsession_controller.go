@@ -544,16 +544,20 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// Our own status writes are not news: only spec, annotation and deletion changes are.
 		For(&agentsv1alpha1.AgentSession{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&corev1.Pod{}).
+		// The session's pod, its Worktree and its runner's reports move it along: they go before
+		// the first reconciles of newer sessions (progressPriority).
+		Watches(&corev1.Pod{}, prioritized(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &agentsv1alpha1.AgentSession{},
+			handler.OnlyControllerOwner()), progressPriority)).
 		// A session that stops, ends, is admitted or goes away may free a slot: its Project's
 		// queued sessions look again.
 		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(r.queuedSessions), builder.WithPredicates(sessionPhaseChanged())).
-		Watches(&agentsv1alpha1.Worktree{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForWorktree), builder.WithPredicates(worktreePhaseChanged())).
+		Watches(&agentsv1alpha1.Worktree{}, prioritized(handler.EnqueueRequestsFromMapFunc(r.sessionsForWorktree), progressPriority),
+			builder.WithPredicates(worktreePhaseChanged())).
 		// A Project's status changes with every session it counts; only its spec matters here, and
 		// its budget running out or coming back (its sessions wait, or resume).
 		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForProject),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, budgetChanged()))).
-		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(r.Events, prioritized(&handler.EnqueueRequestForObject{}, progressPriority))).
 		Named("agentsession").
 		Complete(r)
 }
