@@ -276,7 +276,7 @@ func agentWholeSession(ctx context.Context, c *cluster, a realAgent, mode agents
 		pollInterval: time.Minute, agent: &a, mode: mode,
 		project: func(s *agentsv1alpha1.ProjectSpec) {
 			// A deleted pod is replaced after the grace: short here, so the spec does not wait.
-			s.Activity = &agentsv1alpha1.ActivitySpec{GracePeriod: &metav1.Duration{Duration: 5 * time.Second}, GraceObservations: ptr.To(int32(1))}
+			s.Activity = &agentsv1alpha1.ActivitySpec{GracePeriod: &metav1.Duration{Duration: 10 * time.Second}, GraceObservations: ptr.To(int32(1))}
 		},
 		afterPullRequest: func(ctx context.Context) error {
 			By("deleting the agent's pod between turns: the session gets a new one")
