@@ -79,6 +79,10 @@ func statusOf(o client.Object) any {
 	return o
 }
 
+// notYet are the condition reasons that say something has not happened yet, as it should not
+// have so far: no event for them, nor for the condition becoming True after them.
+var notYet = map[string]bool{agentsv1alpha1.ReasonSetupPending: true}
+
 // emitConditionEvents records an event for each listed condition whose status or reason changed,
 // after the status write that made the change succeeded. The condition's reason is the event's.
 func emitConditionEvents(rec recorder.EventRecorder, before, after []metav1.Condition, obj runtime.Object, types ...string) {
@@ -96,6 +100,11 @@ func emitConditionEvents(rec recorder.EventRecorder, before, after []metav1.Cond
 		}
 		if b == nil && a.Status == metav1.ConditionTrue {
 			// The first time a condition is met is not news.
+			continue
+		}
+		if notYet[a.Reason] && (b == nil || notYet[b.Reason]) || b != nil && notYet[b.Reason] && a.Status == metav1.ConditionTrue {
+			// Waiting for something that has not happened yet, and then its happening as
+			// expected, are routine (a fan-out would write two events per Worktree for them).
 			continue
 		}
 		kind := corev1.EventTypeNormal

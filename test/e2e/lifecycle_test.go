@@ -41,7 +41,7 @@ type playOptions struct {
 	// afterCIFailed runs while the agent works on the CI fix.
 	afterCIFailed func(context.Context) error
 	// afterPullRequest runs once the pull request is open, the agent between turns.
-	afterPullRequest func(context.Context) error
+	afterPullRequest func(context.Context, *sessionRun) error
 	// agent, when set, runs that real CLI from its image instead of Claude Code; mode, when set,
 	// is the Project's workspace mode; project changes the rendered Project further.
 	agent   *realAgent
@@ -106,7 +106,9 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 			fmt.Fprintf(GinkgoWriter, "phase %-16s at %s\n", t.Phase, t.At.Format("15:04:05.000"))
 		},
 		AfterCIFailed:    opts.afterCIFailed,
-		AfterPullRequest: opts.afterPullRequest,
+	}
+	if opts.afterPullRequest != nil {
+		play.AfterPullRequest = func(ctx context.Context) error { return opts.afterPullRequest(ctx, run) }
 	}
 	run.res, err = play.Run(pctx, func(ctx context.Context) error { return m.CreateSession(ctx, c.client) })
 	if err != nil {
@@ -270,15 +272,14 @@ func agentWholeSession(ctx context.Context, c *cluster, a realAgent, mode agents
 	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(gh.Close)
-	var run *sessionRun
 	var firstPod types.UID
-	run = playScenario(ctx, c, gh, playOptions{
+	run := playScenario(ctx, c, gh, playOptions{
 		pollInterval: time.Minute, agent: &a, mode: mode,
 		project: func(s *agentsv1alpha1.ProjectSpec) {
 			// A deleted pod is replaced after the grace: short here, so the spec does not wait.
 			s.Activity = &agentsv1alpha1.ActivitySpec{GracePeriod: &metav1.Duration{Duration: 10 * time.Second}, GraceObservations: ptr.To(int32(1))}
 		},
-		afterPullRequest: func(ctx context.Context) error {
+		afterPullRequest: func(ctx context.Context, run *sessionRun) error {
 			By("deleting the agent's pod between turns: the session gets a new one")
 			key := client.ObjectKey{Namespace: run.ns, Name: run.key.Name + "-agent"}
 			pod := &corev1.Pod{}

@@ -1,0 +1,112 @@
+package controller_test
+
+import (
+	"bufio"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	. "github.com/shepherd-dev/shepherd/test/builders"
+)
+
+// apiWrites reads the API server's own request counter (apiserver_request_total) and returns
+// its successful writes (POST, PUT, PATCH, DELETE with a 2xx code) by resource[/subresource].
+func apiWrites() map[string]float64 {
+	GinkgoHelper()
+	raw, err := clientset.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels, value, _ := strings.Cut(strings.TrimPrefix(line, "apiserver_request_total{"), "} ")
+		l := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			l[k] = strings.Trim(v, `"`)
+		}
+		switch l["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE":
+		default:
+			continue
+		}
+		if !strings.HasPrefix(l["code"], "2") {
+			continue
+		}
+		key := l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		n, err := strconv.ParseFloat(value, 64)
+		Expect(err).NotTo(HaveOccurred())
+		out[key] += n
+	}
+	return out
+}
+
+var _ = Describe("Stored writes per session", Serial, func() {
+	It("counts, from the API server's own request counter, what Shepherd stores on the way to Working", func() {
+		w := newWorld()
+		create(w.project().Obj())
+		const n = 10
+		before := apiWrites()
+		// A small fan-out: the sessions created together, their pods started, their agents at work.
+		agents := make([]*agent, n)
+		for i := range agents {
+			agents[i] = w.agent(fmt.Sprintf("count-%02d", i))
+			create(MakeSession(agents[i].name, w.ns, "widgets").Prompt("Count").Obj())
+		}
+		for _, a := range agents {
+			a.start()
+		}
+		for _, a := range agents {
+			a.report(agentsv1alpha1.ActivityActive)
+		}
+		for _, a := range agents {
+			a.expect(agentsv1alpha1.PhaseWorking)
+		}
+		after := apiWrites()
+		var keys []string
+		for k := range after {
+			if after[k] != before[k] {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		// The test's own writes (the session, the kubelet's pod status, the runner's token) and
+		// the requests the API server does not store (reviews) are not Shepherd's.
+		notShepherds := map[string]bool{"agentsessions": true, "pods/status": true, "serviceaccounts/token": true,
+			"tokenreviews": true, "subjectaccessreviews": true}
+		// The session's own objects; the Project's (its status, coalesced over the burst, and its
+		// shared children, made once) are counted apart.
+		ownObjects := map[string]bool{"agentsessions/status": true, "pods": true, "worktrees": true, "worktrees/status": true}
+		var writes, projectWrites, events float64
+		for _, k := range keys {
+			per := (after[k] - before[k]) / n
+			GinkgoWriter.Printf("%-28s %5.1f per session\n", k, per)
+			switch {
+			case notShepherds[k]:
+			case k == "events":
+				events += per
+			case ownObjects[k]:
+				writes += per
+			default:
+				projectWrites += per
+			}
+		}
+		GinkgoWriter.Printf("Shepherd's stored writes per session to Working: %.1f (and %.1f of its Project's), events %.1f\n", writes, projectWrites, events)
+		// Bounds as measured (docs/performance.md): a regression shows here, as a count.
+		Expect(writes).To(BeNumerically("<=", 10), "stored writes per session, events apart")
+		Expect(projectWrites).To(BeNumerically("<=", 1.5), "the Project's writes per session")
+		Expect(events).To(BeNumerically("<=", 3), "events per session")
+	})
+})
