@@ -105,7 +105,7 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 		OnTransition: func(t scenario.Transition, _ *scenario.Transition) {
 			fmt.Fprintf(GinkgoWriter, "phase %-16s at %s\n", t.Phase, t.At.Format("15:04:05.000"))
 		},
-		AfterCIFailed:    opts.afterCIFailed,
+		AfterCIFailed: opts.afterCIFailed,
 	}
 	if opts.afterPullRequest != nil {
 		play.AfterPullRequest = func(ctx context.Context) error { return opts.afterPullRequest(ctx, run) }
