@@ -753,10 +753,10 @@ type AgentSessionStatus struct {
 // +kubebuilder:printcolumn:name="PR",type=integer,JSONPath=`.status.pullRequest.number`
 // +kubebuilder:printcolumn:name="CI",type=string,JSONPath=`.status.pullRequest.checks`
 // +kubebuilder:printcolumn:name="Review",type=string,JSONPath=`.status.pullRequest.reviewDecision`
+// +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.usage.costUSD`,description="US dollars the session spent (metered by the model proxy; else the agent's own report)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Branch",type=string,JSONPath=`.status.branch`,priority=1
 // +kubebuilder:printcolumn:name="Activity",type=string,JSONPath=`.status.activity.state`,priority=1
-// +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.usage.costUSD`,priority=1
 type AgentSession struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional

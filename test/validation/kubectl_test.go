@@ -45,7 +45,7 @@ var _ = Describe("kubectl", func() {
 		ns := newNamespace()
 		Expect(k8sClient.Create(ctx, MakeSession("fix-42", ns, "widgets").Issue("42").Obj())).To(Succeed())
 		out := kubectl("get", "agentsessions", "-n", ns)
-		Expect(out).To(MatchRegexp(`NAME\s+PROJECT\s+AGENT\s+PHASE\s+REASON\s+PR\s+CI\s+REVIEW\s+AGE`))
+		Expect(out).To(MatchRegexp(`NAME\s+PROJECT\s+AGENT\s+PHASE\s+REASON\s+PR\s+CI\s+REVIEW\s+COST\s+AGE`))
 		Expect(kubectl("get", "as", "-n", ns, "-o", "name")).To(ContainSubstring("agentsession.agents.shepherd.dev/fix-42"))
 	})
 
