@@ -264,9 +264,9 @@ func diagnose(ctx context.Context, c *cluster, key client.ObjectKey) string {
 
 // agentWholeSession plays the whole session with the real CLI of a from its agent image, in
 // mode, configured only through the Project as a user would: its agent type, image, model API
-// and model. While the pull request waits for CI the agent's pod is deleted: the session gets a
-// new pod, and the CI fix is a turn of the same conversation in it (the CLI's conversation files
-// live on the session's volume, where the new pod finds them).
+// and model. While the pull request waits for CI the agent's pod is deleted: the CI failure
+// brings a new pod, and the fix is a turn of the same conversation in it (the CLI's conversation
+// files live on the session's volume, where the new pod finds them).
 func agentWholeSession(ctx context.Context, c *cluster, a realAgent, mode agentsv1alpha1.WorkspaceMode) {
 	By("serving the fake GitHub on the node IP, with webhooks to the manager's Service")
 	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
@@ -280,7 +280,7 @@ func agentWholeSession(ctx context.Context, c *cluster, a realAgent, mode agents
 			s.Activity = &agentsv1alpha1.ActivitySpec{GracePeriod: &metav1.Duration{Duration: 10 * time.Second}, GraceObservations: ptr.To(int32(1))}
 		},
 		afterPullRequest: func(ctx context.Context, run *sessionRun) error {
-			By("deleting the agent's pod between turns: the session gets a new one")
+			By("deleting the agent's pod between turns: under an open pull request the next message brings a new one")
 			key := client.ObjectKey{Namespace: run.ns, Name: run.key.Name + "-agent"}
 			pod := &corev1.Pod{}
 			if err := c.client.Get(ctx, key, pod); err != nil {
@@ -290,15 +290,15 @@ func agentWholeSession(ctx context.Context, c *cluster, a realAgent, mode agents
 			if err := c.client.Delete(ctx, pod); err != nil {
 				return err
 			}
-			deadline := time.Now().Add(3 * time.Minute)
+			deadline := time.Now().Add(2 * time.Minute)
 			for time.Now().Before(deadline) {
 				p := &corev1.Pod{}
-				if c.client.Get(ctx, key, p) == nil && p.UID != firstPod && p.Status.Phase == corev1.PodRunning {
+				if err := c.client.Get(ctx, key, p); apierrors.IsNotFound(err) || err == nil && p.UID != firstPod {
 					return nil
 				}
-				time.Sleep(time.Second)
+				time.Sleep(500 * time.Millisecond)
 			}
-			return fmt.Errorf("no new agent pod within 3m\n%s", diagnose(ctx, c, run.key))
+			return fmt.Errorf("the agent pod was not gone within 2m\n%s", diagnose(ctx, c, run.key))
 		},
 	})
 	Expect(firstPod).NotTo(BeEmpty())
