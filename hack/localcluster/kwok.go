@@ -22,6 +22,9 @@ func kwokNode(name string) *corev1.Node {
 		corev1.ResourceCPU:    resource.MustParse("32"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
 		corev1.ResourcePods:   resource.MustParse("110"),
+		// Agent pods limit their ephemeral storage (8Gi by default), which is then their
+		// request: a node without this capacity fits none of them.
+		corev1.ResourceEphemeralStorage: resource.MustParse("2Ti"),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
