@@ -6,6 +6,7 @@
 #   docker build --target agent-claude-code -t shepherd-agent-claude-code .
 #   docker build --target agent-codex       -t shepherd-agent-codex .
 #   docker build --target agent-opencode    -t shepherd-agent-opencode .
+#   docker build --target agent-gemini      -t shepherd-agent-gemini .
 # The local builder (make images-local, for machines without a Docker engine) produces
 # equivalent images; a test checks that both agree on entrypoint, user, environment and paths.
 
@@ -33,8 +34,9 @@ USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/shepherd-runner"]
 
 # The agent CLIs, each installed with npm at the version pinned in hack/agent-clis.versions
-# (`<package> <version> <binary>`) in a Node.js image, then copied without Node.js: all three are
-# native executables. One stage per CLI, so a target installs only its own.
+# (`<package> <version> <binary>`) in a Node.js image, then copied without Node.js: Claude Code,
+# Codex and OpenCode are native executables. Gemini CLI is JavaScript: its image gets node too.
+# One stage per CLI, so a target installs only its own.
 FROM node:22-bookworm-slim AS claude-code-install
 COPY hack/agent-clis.versions /tmp/agent-clis.versions
 RUN pkg=$(awk '$3 == "claude" { print $1 "@" $2 }' /tmp/agent-clis.versions) \
@@ -61,6 +63,15 @@ RUN pkg=$(awk '$3 == "opencode" { print $1 "@" $2 }' /tmp/agent-clis.versions) \
  && npm install --prefix /out/opencode-config --save-exact --no-audit --no-fund "@opencode-ai/plugin@${pkg##*@}" \
  && printf 'node_modules\npackage.json\nbun.lock\n.gitignore' > /out/opencode-config/.gitignore \
  && /out/opencode --version
+
+# Gemini CLI's package as hack/agent-clis.sh installs it (npm install --prefix: the package and
+# its dependencies under node_modules), with the node that runs it.
+FROM node:22-bookworm-slim AS gemini-install
+COPY hack/agent-clis.versions /tmp/agent-clis.versions
+RUN pkg=$(awk '$3 == "gemini" { print $1 "@" $2 }' /tmp/agent-clis.versions) \
+ && npm install --prefix /out/gemini --no-save --no-audit --no-fund --include=optional "$pkg" \
+ && cp /usr/local/bin/node /out/node \
+ && /out/node /out/gemini/node_modules/@google/gemini-cli/bundle/gemini.js --version
 
 # What every agent image shares: git and bash, a user 65532 ("agent") with a writable home.
 # The runner binary is copied in at start (runner copy-self), as for any agent image.
@@ -104,6 +115,19 @@ COPY hack/agent-images/opencode/opencode.json /home/agent/.config/opencode/openc
 ENV XDG_CONFIG_HOME=/home/agent/.config OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 OPENCODE_DISABLE_SHARE=1 OPENCODE_DISABLE_DEFAULT_PLUGINS=1
 USER 65532:65532
 CMD ["opencode", "--version"]
+
+# Gemini CLI: its bundle (node_modules/@google/gemini-cli/bundle/gemini.js, #!/usr/bin/env node)
+# and node. The system settings file (over every user and project settings file) selects the API
+# key as the way in, which a base URL (the Project's model API) needs headless, and keeps usage
+# statistics, telemetry and updates off; the key and base URL come from the adapter.
+FROM agent-base AS agent-gemini
+COPY --from=gemini-install /out/node /usr/local/bin/node
+COPY --from=gemini-install /out/gemini/node_modules /opt/gemini/node_modules
+RUN ln -s /opt/gemini/node_modules/@google/gemini-cli/bundle/gemini.js /usr/local/bin/gemini \
+ && install -d -m 0755 /etc/gemini-cli
+COPY hack/agent-images/gemini/settings.json /etc/gemini-cli/settings.json
+USER 65532:65532
+CMD ["gemini", "--version"]
 
 # The manager image: a static binary on distroless, non-root. Last, so a plain `docker build .`
 # builds it.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the pinned agent CLIs (hack/agent-clis.versions) from the npm registry into a cache
 # outside the repository and prints the directory holding their binaries (claude, codex,
-# opencode). Each package goes to $CACHE/agent-clis/<package>@<version>/ and is reused when
-# present: a second run prints the directory in milliseconds.
+# opencode, gemini). Each package goes to $CACHE/agent-clis/<package>@<version>/ and is reused
+# when present: a second run prints the directory in milliseconds.
 #
 #   hack/agent-clis.sh            install what is missing, print the bin directory
 #   hack/agent-clis.sh --check    exit 1 (printing what is missing) instead of installing

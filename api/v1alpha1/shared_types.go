@@ -271,6 +271,17 @@ const (
 	ModelAPIGemini ModelAPIKind = "Gemini"
 )
 
+// DefaultURL is the API's upstream when agent.modelAPI.url is empty: the provider's own.
+func (k ModelAPIKind) DefaultURL() string {
+	switch k {
+	case ModelAPIOpenAI:
+		return "https://api.openai.com"
+	case ModelAPIGemini:
+		return "https://generativelanguage.googleapis.com"
+	}
+	return "https://api.anthropic.com"
+}
+
 // ModelAPISpec is the upstream model API of a Project's agents and the key to call it with.
 type ModelAPISpec struct {
 	// API is the wire protocol: Anthropic (Messages) or OpenAI (Responses, Chat Completions).

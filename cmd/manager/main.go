@@ -243,7 +243,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.clusterCIDRs, "cluster-cidrs", "", "The cluster's pod and service ranges and the API server's addresses (comma-separated): a Project's egress CIDR that contains one excepts it unless it lies within it. Empty: read from the nodes' pod ranges, the ServiceCIDRs and the kubernetes Service's endpoints at start.")
 	fs.StringVar(&o.deniedCIDRs, "denied-cidrs", "169.254.0.0/16,fe80::/10,100.64.0.0/10", "Ranges agent pods may not reach even inside a wider egress CIDR a Project opens (cloud metadata), unless the Project names them.")
 	fs.StringVar(&o.runnerImage, "runner-image", "shepherd-runner:latest", "Image holding the runner binary, copied into every agent pod.")
-	fs.StringVar(&o.agentImages, "agent-images", "claude-code=shepherd-agent-claude-code:latest,codex=shepherd-agent-codex:latest,opencode=shepherd-agent-opencode:latest,aider=shepherd-agent-aider:latest",
+	fs.StringVar(&o.agentImages, "agent-images", "claude-code=shepherd-agent-claude-code:latest,codex=shepherd-agent-codex:latest,opencode=shepherd-agent-opencode:latest,gemini=shepherd-agent-gemini:latest,aider=shepherd-agent-aider:latest",
 		"Default image per agent type (type=image, comma-separated), used when neither the session nor the Project names one.")
 	fs.StringVar(&o.imagePullPolicy, "image-pull-policy", "IfNotPresent", "Pull policy of agent and runner containers.")
 	fs.StringVar(&o.priceTable, "price-table", "", "A JSON price table file (docs/cost.md) laid over the shipped defaults: models it names take its prices, USD per million tokens of each kind. Empty: --price-table-configmap.")

@@ -15,17 +15,18 @@ import (
 // The agent images: each real agent CLI pinned in hack/agent-clis.versions, taken from the cache
 // hack/agent-clis.sh fills (~/.cache/shepherd/agent-clis), on the Debian base with git and bash,
 // with a user 65532 ("agent") whose home is writable, and the settings that keep the CLI
-// offline. No Node.js: the three CLIs are native executables (docs/agents.md, "What an agent
-// image needs"). The Dockerfile's agent-* stages are the production recipe of the same images
-// (npm install -g in a node image, then copied to a slim base); images_test.go checks that both
-// agree. Files both recipes copy live in hack/agent-images.
+// offline. No Node.js for Claude Code, Codex and OpenCode, native executables; Gemini CLI is
+// JavaScript and gets the node that installed it (docs/agents.md, "The agent images"). The
+// Dockerfile's agent-* stages are the production recipe of the same images (npm install in a
+// node image, then copied to a slim base); images_test.go checks that both agree. Files both
+// recipes copy live in hack/agent-images.
 
 const (
 	agentUser = "agent"
 	agentUID  = 65532
 	agentHome = "/home/agent"
 	// agentImagesDir holds the files the local builder and the Dockerfile both put into the
-	// agent images (Codex's config.toml, OpenCode's global config).
+	// agent images (Codex's config.toml, OpenCode's global config, Gemini CLI's settings).
 	agentImagesDir = "hack/agent-images"
 )
 
@@ -42,6 +43,7 @@ var agentImageDefs = []agentImageDef{
 	{Key: "claude-code", Image: "shepherd-agent-claude-code:latest", Stage: "agent-claude-code", Binary: "claude"},
 	{Key: "codex", Image: "shepherd-agent-codex:latest", Stage: "agent-codex", Binary: "codex"},
 	{Key: "opencode", Image: "shepherd-agent-opencode:latest", Stage: "agent-opencode", Binary: "opencode"},
+	{Key: "gemini", Image: "shepherd-agent-gemini:latest", Stage: "agent-gemini", Binary: "gemini"},
 }
 
 func agentDef(key string) agentImageDef {
@@ -118,6 +120,9 @@ type agentInputs struct {
 	// OpenCodePlugin is a directory where @opencode-ai/plugin was npm-installed (package.json,
 	// package-lock.json, node_modules): OpenCode's config directory in the image.
 	OpenCodePlugin string
+	// Node is the node executable that runs Gemini CLI in its image: the one that installed it
+	// (hack/agent-clis.sh needs node), as the Dockerfile copies its install stage's.
+	Node string
 }
 
 // agentBaseSpec is what every agent image shares: the Debian base, the agent user 65532 with its
@@ -233,6 +238,36 @@ func openCodeSpec(in agentInputs) (imageSpec, error) {
 	return s, nil
 }
 
+// geminiSettings is Gemini CLI's system settings file in its image: over every user and project
+// settings file.
+const geminiSettings = "/etc/gemini-cli/settings.json"
+
+// geminiSpec: Gemini CLI's npm install (its bundle and dependencies under node_modules) as
+// /opt/gemini, /usr/local/bin/gemini linking to its bundle's gemini.js (#!/usr/bin/env node),
+// node as /usr/local/bin/node, and the system settings that select the API key and keep usage
+// statistics, telemetry and updates off.
+func geminiSpec(in agentInputs) (imageSpec, error) {
+	cli, ok := in.CLIs["gemini"]
+	if !ok {
+		return imageSpec{}, fmt.Errorf("hack/agent-clis.versions pins no gemini")
+	}
+	if in.Node == "" {
+		return imageSpec{}, fmt.Errorf("no node executable for the Gemini CLI image")
+	}
+	s := agentBaseSpec(agentDef("gemini"), in)
+	modules, err := treeFiles(filepath.Join(in.CLIDir(cli), "node_modules"), "/opt/gemini/node_modules", 0)
+	if err != nil {
+		return imageSpec{}, err
+	}
+	s.Big = append([]imageFile{{Path: "/usr/local/bin/node", Mode: 0o755, Src: in.Node}}, modules...)
+	s.Files = append(s.Files,
+		imageFile{Path: "/usr/local/bin/gemini", Link: "/opt/gemini/node_modules/" + cli.Package + "/bundle/gemini.js"},
+		imageFile{Path: "/etc/gemini-cli", Dir: true, Mode: 0o755},
+		imageFile{Path: geminiSettings, Mode: 0o644, Src: filepath.Join(in.Repo, agentImagesDir, "gemini", "settings.json")},
+	)
+	return s, nil
+}
+
 // agentSpec returns the spec of the agent image named key.
 func agentSpec(key string, in agentInputs) (imageSpec, error) {
 	switch key {
@@ -242,6 +277,8 @@ func agentSpec(key string, in agentInputs) (imageSpec, error) {
 		return codexSpec(in)
 	case "opencode":
 		return openCodeSpec(in)
+	case "gemini":
+		return geminiSpec(in)
 	}
 	return imageSpec{}, fmt.Errorf("no agent image %q", key)
 }
@@ -343,4 +380,14 @@ func ensureOpenCodePlugin(ctx context.Context, cacheDir, version string) (string
 	}
 	logf("@opencode-ai/plugin@%s installed in %s", version, since(start))
 	return dir, nil
+}
+
+// nodeExecutable is the node on PATH, the one hack/agent-clis.sh installs with, its links
+// resolved: the Gemini CLI image runs the CLI with it.
+func nodeExecutable() (string, error) {
+	p, err := exec.LookPath("node")
+	if err != nil {
+		return "", fmt.Errorf("the Gemini CLI image needs node (Node.js 20 or later): %w", err)
+	}
+	return filepath.EvalSymlinks(p)
 }

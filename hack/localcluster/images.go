@@ -448,10 +448,11 @@ func archiveName(ref string) string {
 }
 
 // imageKeys are the images `images --only` takes, in build order; defaultImages what it builds
-// without --only: everything run-local uses. The Codex and OpenCode agent images (~500 MB and
-// ~300 MB) are built when asked for (the e2e suite asks for all: it runs each real CLI).
+// without --only: everything run-local uses. The Codex, OpenCode and Gemini CLI agent images
+// (~500 MB, ~300 MB, ~200 MB) are built when asked for (the e2e suite asks for all: it runs each
+// real CLI).
 var (
-	imageKeys     = []string{"manager", "runner", "test-agent", "claude-code", "codex", "opencode"}
+	imageKeys     = []string{"manager", "runner", "test-agent", "claude-code", "codex", "opencode", "gemini"}
 	defaultImages = "manager,runner,test-agent,claude-code"
 )
 
@@ -610,6 +611,11 @@ func buildImages(ctx context.Context, g globals, want map[string]bool) ([]string
 			Passwd: debian.meta.Files["etc/passwd"], Group: debian.meta.Files["etc/group"]}
 		if want["opencode"] {
 			if in.OpenCodePlugin, err = ensureOpenCodePlugin(ctx, g.cacheDir, clis["opencode"].Version); err != nil {
+				return nil, err
+			}
+		}
+		if want["gemini"] {
+			if in.Node, err = nodeExecutable(); err != nil {
 				return nil, err
 			}
 		}

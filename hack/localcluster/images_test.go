@@ -445,7 +445,7 @@ func standInAgentInputs(t *testing.T) agentInputs {
 	}
 	cache := t.TempDir()
 	in := agentInputs{Repo: repo, CLIs: clis, CLIDir: cliDir(cache), Passwd: standInPasswd, Group: standInGroup,
-		OpenCodePlugin: filepath.Join(cache, "opencode-plugin", "config")}
+		OpenCodePlugin: filepath.Join(cache, "opencode-plugin", "config"), Node: filepath.Join(cache, "node", "bin", "node")}
 	nm := func(bin string) string { return filepath.Join(in.CLIDir(clis[bin]), "node_modules") }
 	writeFile(t, filepath.Join(nm("claude"), "@anthropic-ai", "claude-code", "bin", "claude.exe"), "\x7fELF claude", 0o755)
 	vendor := filepath.Join(nm("codex"), "@openai", "codex-linux-x64", "vendor", "x86_64-unknown-linux-musl")
@@ -459,6 +459,17 @@ func standInAgentInputs(t *testing.T) agentInputs {
 	writeFile(t, filepath.Join(in.OpenCodePlugin, "package.json"), dep, 0o644)
 	writeFile(t, filepath.Join(in.OpenCodePlugin, "package-lock.json"), `{"lockfileVersion": 3}`, 0o644)
 	writeFile(t, filepath.Join(in.OpenCodePlugin, "node_modules", "@opencode-ai", "plugin", "package.json"), `{"name": "@opencode-ai/plugin"}`, 0o644)
+	writeFile(t, in.Node, "\x7fELF node", 0o755)
+	bundle := filepath.Join(nm("gemini"), "@google", "gemini-cli", "bundle")
+	writeFile(t, filepath.Join(bundle, "gemini.js"), "#!/usr/bin/env node\n", 0o755)
+	writeFile(t, filepath.Join(bundle, "chunk-1.js"), "export {};\n", 0o644)
+	writeFile(t, filepath.Join(nm("gemini"), "node-pty", "package.json"), `{"name": "node-pty"}`, 0o644)
+	if err := os.MkdirAll(filepath.Join(nm("gemini"), ".bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../@google/gemini-cli/bundle/gemini.js", filepath.Join(nm("gemini"), ".bin", "gemini")); err != nil {
+		t.Fatal(err)
+	}
 	return in
 }
 
@@ -603,6 +614,32 @@ func TestAgentImagesContent(t *testing.T) {
 	g.Expect(json.Unmarshal(oc.data[dir+"/opencode.json"], &ocConf)).To(Succeed())
 	g.Expect(ocConf).To(HaveKeyWithValue("autoupdate", false))
 	g.Expect(ocConf).To(HaveKeyWithValue("share", "disabled"))
+
+	gem := spec("gemini")
+	for _, p := range []string{"/usr/local/bin/node", "/opt/gemini/node_modules/@google/gemini-cli/bundle/gemini.js"} {
+		g.Expect(gem.files).To(HaveKey(p), "Gemini CLI is JavaScript: node runs its bundle")
+		g.Expect(gem.files[p].Mode & 0o111).NotTo(BeZero())
+	}
+	g.Expect(gem.files).To(HaveKey("/opt/gemini/node_modules/node-pty/package.json"), "its dependencies come along")
+	g.Expect(gem.files["/opt/gemini/node_modules/.bin/gemini"].Linkname).To(Equal("../@google/gemini-cli/bundle/gemini.js"))
+	g.Expect(gem.files[geminiSettings]).To(HaveField("Uid", 0), "the system settings are root's")
+	var settings struct {
+		Security struct {
+			Auth struct {
+				SelectedType string `json:"selectedType"`
+			} `json:"auth"`
+		} `json:"security"`
+		Privacy struct {
+			UsageStatisticsEnabled *bool `json:"usageStatisticsEnabled"`
+		} `json:"privacy"`
+		Telemetry struct {
+			Enabled *bool `json:"enabled"`
+		} `json:"telemetry"`
+	}
+	g.Expect(json.Unmarshal(gem.data[geminiSettings], &settings)).To(Succeed())
+	g.Expect(settings.Security.Auth.SelectedType).To(Equal("gemini-api-key"), "else a base URL is refused headless")
+	g.Expect(settings.Privacy.UsageStatisticsEnabled).To(HaveValue(BeFalse()), "else it connects to play.googleapis.com")
+	g.Expect(settings.Telemetry.Enabled).To(HaveValue(BeFalse()))
 }
 
 // TestTestAgentImage: the fake agent answers as each CLI through symlinks on PATH.

@@ -15,15 +15,15 @@ import (
 
 func TestRegistry(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(agent.Types()).To(Equal([]agentsv1alpha1.AgentType{"aider", "claude-code", "codex", "opencode"}))
+	g.Expect(agent.Types()).To(Equal([]agentsv1alpha1.AgentType{"aider", "claude-code", "codex", "custom", "gemini", "opencode"}))
 	for _, typ := range agent.Types() {
 		a, err := agent.Get(typ)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(a.Type()).To(Equal(typ))
 		g.Expect(a.Capabilities().CanResume).To(BeTrue())
 	}
-	_, err := agent.Get("gemini")
-	g.Expect(err).To(MatchError(ContainSubstring(`unknown agent type "gemini"`)))
+	_, err := agent.Get("cursor")
+	g.Expect(err).To(MatchError(ContainSubstring(`unknown agent type "cursor"`)))
 }
 
 func TestQuestionFromText(t *testing.T) {

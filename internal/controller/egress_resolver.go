@@ -144,10 +144,5 @@ func (r *EgressResolver) modelHost(ctx context.Context, pod *corev1.Pod, p *agen
 }
 
 // defaultModelURL is the upstream of a model API without agent.modelAPI.url (the runner's
-// default too: internal/runner).
-func defaultModelURL(api agentsv1alpha1.ModelAPIKind) string {
-	if api == agentsv1alpha1.ModelAPIOpenAI {
-		return "https://api.openai.com"
-	}
-	return "https://api.anthropic.com"
-}
+// default too).
+func defaultModelURL(api agentsv1alpha1.ModelAPIKind) string { return api.DefaultURL() }

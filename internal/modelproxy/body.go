@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 )
 
-// inspect reads what the proxy needs from a request body: the model it names, for accounting
-// only (the upstream decides what runs and bills), and for a streamed Chat Completions request
-// the body to send instead. A body that is not JSON is forwarded as it is: the upstream
-// refuses it, in its own words.
-func inspect(ep endpoint, body []byte) (model string, out []byte) {
+// inspect reads what the proxy needs from a request body: the model it names (a Gemini request
+// names it in its path, id), for accounting only (the upstream decides what runs and bills), and
+// for a streamed Chat Completions request the body to send instead. A body that is not JSON is
+// forwarded as it is: the upstream refuses it, in its own words.
+func inspect(ep endpoint, id string, body []byte) (model string, out []byte) {
+	if ep.verb != "" {
+		return sanitizeModel(id), body
+	}
 	if !ep.chat {
 		var b struct {
 			Model string `json:"model"`

@@ -14,6 +14,8 @@ import (
 //     (https://docs.anthropic.com/en/api/errors)
 //   - OpenAI: {"error":{"message":"...","type":"<type>","param":null,"code":<code>}}
 //     (https://platform.openai.com/docs/guides/error-codes)
+//   - Gemini: {"error":{"code":<HTTP status>,"message":"...","status":"<canonical code>"}}
+//     (https://ai.google.dev/gemini-api/docs/troubleshooting#error-codes)
 
 // budgetCode is the OpenAI error code of a refusal for a used-up budget.
 const budgetCode = "shepherd_budget_exhausted"
@@ -47,14 +49,34 @@ func openAIErrorType(status int) (typ string, code any) {
 	return "server_error", nil
 }
 
+// geminiStatus is the canonical code Google's APIs name a status the proxy answers with by.
+func geminiStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "INVALID_ARGUMENT"
+	case http.StatusForbidden:
+		return "PERMISSION_DENIED"
+	case http.StatusNotFound:
+		return "NOT_FOUND"
+	case http.StatusRequestEntityTooLarge:
+		return "INVALID_ARGUMENT" // the request cannot succeed as it is
+	case http.StatusBadGateway:
+		return "UNAVAILABLE"
+	}
+	return "INTERNAL"
+}
+
 // writeError answers with the proxy's own error. Client errors are marked not to be retried:
 // the Anthropic and OpenAI SDKs (so Claude Code, OpenCode, Aider) honour x-should-retry, and
 // resending the same request cannot succeed.
 func writeError(w http.ResponseWriter, kind agentsv1alpha1.ModelAPIKind, status int, message string) {
 	var body any
-	if kind == agentsv1alpha1.ModelAPIAnthropic {
+	switch kind {
+	case agentsv1alpha1.ModelAPIAnthropic:
 		body = map[string]any{"type": "error", "error": map[string]any{"type": anthropicErrorType(status), "message": message}}
-	} else {
+	case agentsv1alpha1.ModelAPIGemini:
+		body = map[string]any{"error": map[string]any{"code": status, "message": message, "status": geminiStatus(status)}}
+	default:
 		typ, code := openAIErrorType(status)
 		body = map[string]any{"error": map[string]any{"message": message, "type": typ, "param": nil, "code": code}}
 	}

@@ -23,6 +23,10 @@ func FuzzChatUsage(f *testing.F) {
 	fuzzParser(f, newChatParser, "chat-stream.sse", "chat-docs-stream.sse", "chat.json")
 }
 
+func FuzzGeminiUsage(f *testing.F) {
+	fuzzParser(f, newGeminiParser, "gemini-stream.sse", "gemini-thinking-stream.sse", "gemini.json")
+}
+
 func fuzzParser(f *testing.F, newParser func() parser, samples ...string) {
 	for _, name := range samples {
 		f.Add(sample(f, name), uint8(7))

@@ -18,14 +18,14 @@ var hopHeaders = []string{
 // dropRequestHeaders are removed from what the agent sends:
 //   - credentials (its placeholder key, or anything it hopes the upstream takes), since the
 //     proxy alone decides how the upstream is authenticated;
-//   - OpenAI-Organization and OpenAI-Project, which choose whom a key bills: that belongs to
-//     whoever holds the key, not to the agent;
+//   - OpenAI-Organization, OpenAI-Project and X-Goog-User-Project, which choose whom a key
+//     bills: that belongs to whoever holds the key, not to the agent;
 //   - what the proxy's own transport sets: the body is re-sent whole (Content-Length, Expect),
 //     and Accept-Encoding is left to the transport, which then decompresses the answer so that
 //     its usage can be read.
 var dropRequestHeaders = []string{
-	"Authorization", "X-Api-Key", "Api-Key", "Proxy-Authorization", "Cookie",
-	"Openai-Organization", "Openai-Project",
+	"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Proxy-Authorization", "Cookie",
+	"Openai-Organization", "Openai-Project", "X-Goog-User-Project",
 	"Host", "Content-Length", "Expect", "Accept-Encoding",
 }
 
@@ -43,9 +43,14 @@ func outgoingHeader(in http.Header, kind agentsv1alpha1.ModelAPIKind, key string
 	if key == "" {
 		return h
 	}
-	if kind == agentsv1alpha1.ModelAPIAnthropic {
+	switch kind {
+	case agentsv1alpha1.ModelAPIAnthropic:
 		h.Set("X-Api-Key", key)
-	} else {
+	case agentsv1alpha1.ModelAPIGemini:
+		// Google's header for an API key (https://ai.google.dev/gemini-api/docs/api-key); never
+		// the ?key= query parameter, which would put the key in URLs that get logged.
+		h.Set("X-Goog-Api-Key", key)
+	default:
 		h.Set("Authorization", "Bearer "+key)
 	}
 	return h

@@ -227,3 +227,87 @@ func (p *chatParser) body(data []byte) {
 func present(raw json.RawMessage) bool {
 	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
 }
+
+// geminiUsage is the Gemini API's usageMetadata
+// (https://ai.google.dev/api/generate-content#UsageMetadata). promptTokenCount includes the
+// cached tokens (cachedContentTokenCount); toolUsePromptTokenCount (the results of the API's
+// own tools, such as Google Search, fed back to the model) is billed as input beside it; the
+// thinking tokens (thoughtsTokenCount) are billed as output beside candidatesTokenCount
+// (https://ai.google.dev/gemini-api/docs/pricing: "Output price (including thinking tokens)").
+type geminiUsage struct {
+	PromptTokenCount        *int64 `json:"promptTokenCount"`
+	CachedContentTokenCount *int64 `json:"cachedContentTokenCount"`
+	CandidatesTokenCount    *int64 `json:"candidatesTokenCount"`
+	ThoughtsTokenCount      *int64 `json:"thoughtsTokenCount"`
+	ToolUsePromptTokenCount *int64 `json:"toolUsePromptTokenCount"`
+}
+
+// tokens normalises Gemini's usage: input is the prompt and tool-use prompt tokens less the
+// cached ones, which are cache reads; output is the candidates' and the thoughts' tokens. The
+// API reports no cache writes (explicit caches are created, and billed, apart).
+func (u *geminiUsage) tokens() tokens {
+	in := add(count(u.PromptTokenCount), count(u.ToolUsePromptTokenCount))
+	cached := min(count(u.CachedContentTokenCount), in)
+	return tokens{input: in - cached, cacheRead: cached,
+		output: add(count(u.CandidatesTokenCount), count(u.ThoughtsTokenCount))}
+}
+
+// geminiResponse is the part of a GenerateContentResponse the parser reads.
+type geminiResponse struct {
+	Candidates []struct {
+		FinishReason string `json:"finishReason"`
+	} `json:"candidates"`
+	PromptFeedback *struct {
+		BlockReason string `json:"blockReason"`
+	} `json:"promptFeedback"`
+	UsageMetadata *geminiUsage    `json:"usageMetadata"`
+	Error         json.RawMessage `json:"error"`
+}
+
+// geminiParser reads the Gemini API. A stream (streamGenerateContent?alt=sse) is data-only
+// events, each a GenerateContentResponse with the next piece; every piece's usageMetadata is
+// the answer's usage so far (promptTokenCount from the first, candidatesTokenCount growing),
+// so the latest wins, never the sum. The answer is whole once a candidate has its finishReason
+// (or the prompt was blocked, promptFeedback.blockReason, with no candidate at all). An event
+// holding an error object ends it failed. A non-streamed answer is one GenerateContentResponse,
+// or {"error": {...}}; streamGenerateContent without alt=sse answers a JSON array of the pieces.
+type geminiParser struct{ r reading }
+
+func newGeminiParser() parser { return &geminiParser{} }
+
+func (p *geminiParser) result() reading { return p.r }
+
+func (p *geminiParser) event(data []byte) { p.read(data, false) }
+
+func (p *geminiParser) body(data []byte) {
+	var pieces []json.RawMessage
+	if json.Unmarshal(data, &pieces) != nil {
+		p.read(data, true)
+		return
+	}
+	for _, piece := range pieces {
+		p.read(piece, false)
+	}
+}
+
+func (p *geminiParser) read(data []byte, whole bool) {
+	var resp geminiResponse
+	if json.Unmarshal(data, &resp) != nil {
+		return
+	}
+	if present(resp.Error) {
+		p.r.failed = true
+	}
+	final := whole
+	for _, c := range resp.Candidates {
+		final = final || c.FinishReason != ""
+	}
+	if resp.PromptFeedback != nil && resp.PromptFeedback.BlockReason != "" {
+		final = true
+	}
+	if u := resp.UsageMetadata; u != nil {
+		p.r.tokens = u.tokens()
+		p.r.gotInput = p.r.gotInput || u.PromptTokenCount != nil
+		p.r.gotOutput = p.r.gotOutput || final
+	}
+}

@@ -10,10 +10,13 @@ import (
 )
 
 // The samples in testdata are answers of test/modelserver (anthropic-stream.sse,
-// anthropic.json, responses-stream.sse, chat-stream.sse, chat.json) and the APIs' documented
-// examples (anthropic-cache-stream.sse with CR LF line ends, keep-alive comments and a
-// message_delta repeating the input counts; responses.json; responses-incomplete-stream.sse;
-// chat-docs-stream.sse).
+// anthropic.json, responses-stream.sse, chat-stream.sse, chat.json, gemini-stream.sse with CR
+// LF line ends as Google sends them, gemini.json) and the APIs' documented examples
+// (anthropic-cache-stream.sse with CR LF line ends, keep-alive comments and a message_delta
+// repeating the input counts; responses.json; responses-incomplete-stream.sse;
+// chat-docs-stream.sse); gemini-thinking-stream.sse is shaped as the Gemini API reference
+// documents a thinking model's stream (thoughts, a function call with its signature, cached and
+// tool-use prompt tokens), with counts of our own.
 
 func sample(t testing.TB, name string) []byte {
 	t.Helper()
@@ -51,6 +54,12 @@ func TestParsersReadDocumentedAnswers(t *testing.T) {
 		{"chat-stream.sse", newChatParser, sse, tokens{input: 900, output: 80, cacheRead: 300}},
 		{"chat-docs-stream.sse", newChatParser, sse, tokens{input: 93, output: 46, cacheRead: 1024}},
 		{"chat.json", newChatParser, js, tokens{input: 900, output: 80, cacheRead: 300}},
+		// Gemini's promptTokenCount includes the cached tokens too; the last piece's usage wins.
+		{"gemini-stream.sse", newGeminiParser, sse, tokens{input: 900, output: 80, cacheRead: 300}},
+		{"gemini.json", newGeminiParser, js, tokens{input: 900, output: 80, cacheRead: 300}},
+		// Input: 4096 prompt + 100 tool-use prompt - 2048 cached; output: 35 candidates + 335
+		// thoughts.
+		{"gemini-thinking-stream.sse", newGeminiParser, sse, tokens{input: 2148, output: 370, cacheRead: 2048}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			g := NewWithT(t)
@@ -110,6 +119,34 @@ func TestParsersEndings(t *testing.T) {
 		name: "Garbage instead of JSON: estimated", parser: newAnthropicParser, contentType: js,
 		answer: "<html>gateway timeout</html>", want: tokens{input: requestBytes / 4, output: 7}, wantUnmetered: true,
 	}, {
+		name: "Gemini stream cut before its last piece: input as reported, output estimated", parser: newGeminiParser, contentType: sse,
+		answer: geminiPiece + geminiPiece,
+		want:   tokens{input: 90, cacheRead: 10, output: estimated}, wantUnmetered: true,
+	}, {
+		name: "Gemini error event: what was reported, no estimate", parser: newGeminiParser, contentType: sse,
+		answer: geminiPiece + "data: {\"error\":{\"code\":500,\"message\":\"Internal error encountered.\",\"status\":\"INTERNAL\"}}\r\n\r\n",
+		want:   tokens{input: 90, cacheRead: 10},
+	}, {
+		name: "Gemini error answer", parser: newGeminiParser, contentType: js,
+		answer: `{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED"}}`,
+	}, {
+		name: "Gemini stream without alt=sse: a JSON array of the pieces", parser: newGeminiParser, contentType: js,
+		answer: `[{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}],"usageMetadata":{"promptTokenCount":100,"cachedContentTokenCount":10}},` +
+			`{"candidates":[{"content":{"parts":[{"text":"!"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":100,"cachedContentTokenCount":10,"candidatesTokenCount":7}}]`,
+		want: tokens{input: 90, cacheRead: 10, output: 7},
+	}, {
+		name: "Gemini array without its last piece: output estimated", parser: newGeminiParser, contentType: js,
+		answer: `[{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}],"usageMetadata":{"promptTokenCount":100,"cachedContentTokenCount":10}}]`,
+		want:   tokens{input: 90, cacheRead: 10, output: estimated}, wantUnmetered: true,
+	}, {
+		name: "Gemini prompt blocked: no candidate, the usage is final", parser: newGeminiParser, contentType: sse,
+		answer: "data: {\"promptFeedback\":{\"blockReason\":\"SAFETY\"},\"usageMetadata\":{\"promptTokenCount\":12,\"totalTokenCount\":12}}\n\n",
+		want:   tokens{input: 12},
+	}, {
+		name: "Gemini hostile counts: cached above the prompt is all cache", parser: newGeminiParser, contentType: js,
+		answer: `{"candidates":[{"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":10,"cachedContentTokenCount":50,"candidatesTokenCount":-3,"thoughtsTokenCount":9999999999999999}}`,
+		want:   tokens{cacheRead: 10, output: maxCount},
+	}, {
 		name: "Hostile counts: negative is zero, huge is capped", parser: newChatParser, contentType: js,
 		answer: `{"usage":{"prompt_tokens":-5,"completion_tokens":9999999999999999,"prompt_tokens_details":{"cached_tokens":7}}}`,
 		want:   tokens{output: maxCount},
@@ -133,6 +170,10 @@ func TestParsersEndings(t *testing.T) {
 		})
 	}
 }
+
+// geminiPiece is a Gemini stream's piece before the last: the prompt's counts, no finishReason.
+const geminiPiece = "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hi\"}],\"role\":\"model\"},\"index\":0}]," +
+	"\"usageMetadata\":{\"promptTokenCount\":100,\"cachedContentTokenCount\":10,\"totalTokenCount\":100}}\r\n\r\n"
 
 func TestSSESplitter(t *testing.T) {
 	big := strings.Repeat("a", maxEventBytes+1)

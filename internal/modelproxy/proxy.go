@@ -1,8 +1,8 @@
 // Package modelproxy is the model API proxy the runner serves inside an agent's pod, on
-// loopback. The agent's CLI (Claude Code, Codex, OpenCode, Aider) is pointed at it with a
-// placeholder key; the proxy forwards the model API calls it knows to the configured upstream
-// with the real key, which only the runner can read, streams the answers back as they come,
-// and counts every request and token of the session, cutting it off at its budget.
+// loopback. The agent's CLI (Claude Code, Codex, OpenCode, Aider, Gemini CLI) is pointed at it
+// with a placeholder key; the proxy forwards the model API calls it knows to the configured
+// upstream with the real key, which only the runner can read, streams the answers back as they
+// come, and counts every request and token of the session, cutting it off at its budget.
 //
 // The agent is treated as hostile (it may be steered by what it reads): it never sees the
 // key, reaches only the generation, token counting and model listing endpoints, and cannot
@@ -33,8 +33,8 @@ type Config struct {
 	// Kind is the wire protocol the CLI speaks and the upstream serves.
 	Kind agentsv1alpha1.ModelAPIKind
 	// Upstream is the API's base URL without the version path: https://api.anthropic.com,
-	// or a gateway's base with a path prefix, which is kept (https://gw.example.com/anthropic
-	// receives /anthropic/v1/messages).
+	// https://generativelanguage.googleapis.com, or a gateway's base with a path prefix, which
+	// is kept (https://gw.example.com/anthropic receives /anthropic/v1/messages).
 	Upstream *url.URL
 	// Key returns the real API key, read for every request so that a rotated key takes effect;
 	// surrounding white space (a file's last newline) is trimmed. Nil or "" sends none.
@@ -207,7 +207,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	model := ""
 	if ep.generation {
-		model, body = inspect(ep, body)
+		model, body = inspect(ep, id, body)
 	}
 	key, err := p.readKey()
 	if err != nil {

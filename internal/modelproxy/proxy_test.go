@@ -29,18 +29,23 @@ const (
 	placeholder = "shepherd-placeholder-key"
 	anthropic   = agentsv1alpha1.ModelAPIAnthropic
 	openAI      = agentsv1alpha1.ModelAPIOpenAI
+	gemini      = agentsv1alpha1.ModelAPIGemini
 
 	messagesBody  = `{"model":"claude-x","stream":true,"max_tokens":1024,"messages":[{"role":"user","content":"go <now> & then"}],"tools":[{"name":"Bash","input_schema":{"type":"object"}}]}`
 	responsesBody = `{"model":"gpt-x","stream":true,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"go"}]}],"tools":[{"type":"function","name":"shell"}]}`
 	chatBody      = `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"go <now>"}],"tools":[{"type":"function","function":{"name":"shell"}}]}`
+	geminiBody    = `{"contents":[{"role":"user","parts":[{"text":"go <now>"}]}],"tools":[{"functionDeclarations":[{"name":"run_shell_command","parametersJsonSchema":{"type":"object"}}]}]}`
+	// geminiStream and geminiGenerate are Gemini CLI's calls; the model is in the path.
+	geminiStream   = "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
+	geminiGenerate = "/v1beta/models/gemini-x:generateContent"
 )
 
 // defaultUsage is what modelserver.DefaultUsage comes to through the proxy, for one model:
-// Anthropic reports input without the cache reads, OpenAI with them.
+// Anthropic reports input without the cache reads, OpenAI and Gemini with them.
 func defaultUsage(kind agentsv1alpha1.ModelAPIKind, model string, requests int64) modelproxy.Usage {
 	u := modelserver.DefaultUsage
 	in := u.InputTokens
-	if kind == openAI {
+	if kind != anthropic {
 		in -= u.CacheReadTokens
 	}
 	m := modelproxy.ModelUsage{Requests: requests, InputTokens: in * requests, OutputTokens: u.OutputTokens * requests,
@@ -126,10 +131,14 @@ func open(ctx context.Context, t *testing.T, kind agentsv1alpha1.ModelAPIKind, m
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if kind == anthropic {
+	switch kind {
+	case anthropic:
 		req.Header.Set("X-Api-Key", placeholder)
 		req.Header.Set("Anthropic-Version", "2023-06-01")
-	} else {
+	case gemini:
+		req.Header.Set("X-Goog-Api-Key", placeholder)
+		req.Header.Set("X-Goog-Api-Client", "google-genai-sdk/1.30.0 gl-node/v20.20.2")
+	default:
 		req.Header.Set("Authorization", "Bearer "+placeholder)
 	}
 	resp, err := client.Do(req)
@@ -146,6 +155,8 @@ func streamEnd(path string) string {
 		return "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
 	case path == "/v1/responses":
 		return "\"type\":\"response.completed\""
+	case strings.HasPrefix(path, "/v1beta/"):
+		return "\"finishReason\":\"STOP\""
 	}
 	return "data: [DONE]\n\n"
 }
@@ -160,6 +171,8 @@ func TestForwardsToTheUpstreamWithTheRealKey(t *testing.T) {
 		{anthropic, "/v1/messages?beta=true", messagesBody, "claude-x"},
 		{openAI, "/v1/responses", responsesBody, "gpt-x"},
 		{openAI, "/v1/chat/completions", chatBody, "gpt-x"},
+		{gemini, geminiStream, geminiBody, "gemini-x"},
+		{gemini, geminiGenerate, geminiBody, "gemini-x"},
 	} {
 		t.Run(string(tc.kind)+tc.path, func(t *testing.T) {
 			g := NewWithT(t)
@@ -168,17 +181,32 @@ func TestForwardsToTheUpstreamWithTheRealKey(t *testing.T) {
 
 			resp, answer := send(t, tc.kind, http.MethodPost, base+tc.path, tc.body)
 			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-			g.Expect(resp.Header.Get("Content-Type")).To(Equal("text/event-stream"))
+			if tc.path == geminiGenerate {
+				g.Expect(resp.Header.Get("Content-Type")).To(Equal("application/json"))
+				g.Expect(string(answer)).To(ContainSubstring("Done, and here is a sentence long enough"))
+			} else {
+				g.Expect(resp.Header.Get("Content-Type")).To(Equal("text/event-stream"))
+				g.Expect(string(answer)).To(ContainSubstring("Done, and here is a sent"))
+			}
 			g.Expect(string(answer)).To(ContainSubstring(streamEnd(strings.Split(tc.path, "?")[0])))
-			g.Expect(string(answer)).To(ContainSubstring("Done, and here is a sent"))
 
 			turns := ms.Turns()
 			g.Expect(turns).To(HaveLen(1))
-			if tc.kind == anthropic {
+			switch tc.kind {
+			case anthropic:
 				g.Expect(turns[0].Header.Get("X-Api-Key")).To(Equal(realKey))
 				g.Expect(turns[0].Header.Values("Authorization")).To(BeEmpty())
 				g.Expect(turns[0].Query).To(Equal("beta=true"))
-			} else {
+			case gemini:
+				g.Expect(turns[0].Header.Values("X-Goog-Api-Key")).To(Equal([]string{realKey}))
+				g.Expect(turns[0].Header.Values("Authorization")).To(BeEmpty())
+				g.Expect(turns[0].Header.Get("X-Goog-Api-Client")).To(HavePrefix("google-genai-sdk/"))
+				g.Expect(turns[0].Path).To(Equal(strings.Split(tc.path, "?")[0]))
+				g.Expect(turns[0].Stream).To(Equal(tc.path == geminiStream))
+				if tc.path == geminiStream {
+					g.Expect(turns[0].Query).To(Equal("alt=sse"))
+				}
+			default:
 				g.Expect(turns[0].Header.Get("Authorization")).To(Equal("Bearer " + realKey))
 				g.Expect(turns[0].Header.Values("X-Api-Key")).To(BeEmpty())
 			}
@@ -259,6 +287,36 @@ func TestStripsHostileHeaders(t *testing.T) {
 	g.Expect(got.Query).To(Equal("beta=true"), "query parameters the endpoint does not take are dropped")
 }
 
+// A Gemini client's key goes in x-goog-api-key, or in the query (?key=); the proxy forwards
+// neither, and sends the real key in the header only.
+func TestGeminiKeyOnlyInTheHeader(t *testing.T) {
+	g := NewWithT(t)
+	ms := startUpstream(t, modelserver.Script{modelserver.Text("Done.")})
+	_, base := startProxy(t, config(t, gemini, ms.URL()))
+	resp, _ := rawRequest(t, base, "POST /v1beta/models/gemini-x:streamGenerateContent?alt=sse&key="+placeholder+"&$fields=candidates HTTP/1.1\r\n"+
+		"Host: generativelanguage.googleapis.com\r\n"+
+		"Content-Type: application/json\r\n"+
+		fmt.Sprintf("Content-Length: %d\r\n", len(geminiBody))+
+		"X-Goog-Api-Key: "+placeholder+"\r\n"+
+		"x-goog-api-key: second-"+placeholder+"\r\n"+
+		"Authorization: Bearer "+placeholder+"\r\n"+
+		"X-Goog-User-Project: someone-elses-project\r\n"+
+		"X-Goog-Api-Client: google-genai-sdk/1.30.0 gl-node/v20.20.2\r\n"+
+		"User-Agent: GeminiCLI/0.61.0/gemini-x (linux; x64; terminal)\r\n"+
+		"Connection: close\r\n"+
+		"\r\n"+geminiBody)
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	g.Expect(ms.Turns()).To(HaveLen(1))
+	got := ms.Turns()[0]
+	g.Expect(got.Header.Values("X-Goog-Api-Key")).To(Equal([]string{realKey}))
+	g.Expect(got.Header.Values("Authorization")).To(BeEmpty())
+	g.Expect(got.Header.Values("X-Goog-User-Project")).To(BeEmpty(), "whom the key bills is not the agent's to choose")
+	g.Expect(got.Header.Get("User-Agent")).To(HavePrefix("GeminiCLI/"))
+	g.Expect(got.Query).To(Equal("alt=sse"), "the query's key (and any other parameter) is dropped")
+	g.Expect(fmt.Sprint(got.Header) + got.Query).NotTo(ContainSubstring(placeholder))
+	g.Expect(got.Path).To(Equal("/v1beta/models/gemini-x:streamGenerateContent"))
+}
+
 // A held reply stops after its first event until the test lets it go: the client has that
 // event before the stream ends only if the proxy passed it on at once.
 func TestStreamsEventsAsTheyArrive(t *testing.T) {
@@ -272,6 +330,7 @@ func TestStreamsEventsAsTheyArrive(t *testing.T) {
 		{anthropic, "/v1/messages", messagesBody, "claude-x", "event: message_start\n"},
 		{openAI, "/v1/responses", responsesBody, "gpt-x", "event: response.created\n"},
 		{openAI, "/v1/chat/completions", chatBody, "gpt-x", "data: {"},
+		{gemini, geminiStream, geminiBody, "gemini-x", "data: {"},
 	} {
 		t.Run(string(tc.kind)+tc.path, func(t *testing.T) {
 			g := NewWithT(t)
@@ -291,7 +350,7 @@ func TestStreamsEventsAsTheyArrive(t *testing.T) {
 			close(hold)
 			rest, err := io.ReadAll(r)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(string(rest)).To(ContainSubstring(streamEnd(tc.path)))
+			g.Expect(string(rest)).To(ContainSubstring(streamEnd(strings.Split(tc.path, "?")[0])))
 			g.Eventually(p.Usage).Should(Equal(defaultUsage(tc.kind, tc.model, 1)))
 		})
 	}
@@ -340,6 +399,9 @@ func TestBudgets(t *testing.T) {
 	openAIRefusal := func(limit string) string {
 		return `{"error":{"message":"Shepherd: this session's model budget is used up (` + limit + `)","type":"insufficient_quota","param":null,"code":"shepherd_budget_exhausted"}}`
 	}
+	geminiRefusal := func(limit string) string {
+		return `{"error":{"code":403,"message":"Shepherd: this session's model budget is used up (` + limit + `)","status":"PERMISSION_DENIED"}}`
+	}
 	for _, tc := range []struct {
 		name      string
 		kind      agentsv1alpha1.ModelAPIKind
@@ -360,6 +422,10 @@ func TestBudgets(t *testing.T) {
 			limits: modelproxy.Limits{MaxRequests: 1}, forwarded: 1, refusal: openAIRefusal("maxRequests 1")},
 		{name: "OpenAI Chat Completions, tokens", kind: openAI, path: "/v1/chat/completions", body: chatBody,
 			limits: modelproxy.Limits{MaxTokens: 2560}, forwarded: 2, refusal: openAIRefusal("maxTokens 2560")},
+		{name: "Gemini, requests", kind: gemini, path: geminiStream, body: geminiBody,
+			limits: modelproxy.Limits{MaxRequests: 2}, forwarded: 2, refusal: geminiRefusal("maxRequests 2")},
+		{name: "Gemini, tokens", kind: gemini, path: geminiGenerate, body: geminiBody,
+			limits: modelproxy.Limits{MaxTokens: 1280}, forwarded: 1, refusal: geminiRefusal("maxTokens 1280")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -385,7 +451,12 @@ func TestBudgets(t *testing.T) {
 			g.Expect(ms.Requests()).To(HaveLen(tc.forwarded), "a refused request is not forwarded")
 			g.Expect(p.Usage().Requests).To(Equal(tc.initial.Requests+int64(tc.forwarded)), "nor counted")
 
-			// Listing models is not generation: it is neither counted nor refused.
+			// Listing models or counting tokens is not generation: neither counted nor refused.
+			if tc.kind == gemini {
+				resp, _ := send(t, tc.kind, http.MethodPost, base+"/v1beta/models/gemini-x:countTokens", tc.body)
+				g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+				return
+			}
 			resp, _ := send(t, tc.kind, http.MethodGet, base+"/v1/models", "")
 			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
 		})
@@ -446,6 +517,18 @@ func TestSideEndpointsAreForwardedNotCounted(t *testing.T) {
 	g.Expect(ms.Requests()[0].Header.Get("X-Api-Key")).To(Equal(realKey))
 	g.Expect(p.Usage()).To(Equal(modelproxy.Usage{}))
 	g.Expect(calls.Load()).To(BeZero())
+
+	// Gemini's countTokens, in both API versions.
+	gp, gbase := startProxy(t, config(t, gemini, ms.URL()))
+	for _, version := range []string{"v1beta", "v1"} {
+		resp, answer = send(t, gemini, http.MethodPost, gbase+"/"+version+"/models/gemini-x:countTokens", geminiBody)
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		g.Expect(answer).To(ContainSubstring("totalTokens"))
+	}
+	g.Expect(ms.Requests()).To(HaveLen(5))
+	g.Expect(ms.Requests()[4].Header.Get("X-Goog-Api-Key")).To(Equal(realKey))
+	g.Expect(ms.Requests()[4].Path).To(Equal("/v1/models/gemini-x:countTokens"))
+	g.Expect(gp.Usage()).To(Equal(modelproxy.Usage{}))
 }
 
 func TestUnknownEndpointsAre404(t *testing.T) {
@@ -473,6 +556,23 @@ func TestUnknownEndpointsAre404(t *testing.T) {
 		{openAI, http.MethodPost, "/v1/responses/resp_1/cancel"},
 		{openAI, http.MethodGet, "/v1/files"},
 		{openAI, http.MethodPost, "/v1/chat/completions/x"},
+		{openAI, http.MethodPost, "/v1beta/models/gemini-x:generateContent"},
+		{gemini, http.MethodPost, "/v1/messages"},
+		{gemini, http.MethodGet, "/v1beta/models"},
+		{gemini, http.MethodGet, "/v1beta/models/gemini-x"},
+		{gemini, http.MethodGet, "/v1beta/models/gemini-x:generateContent"},
+		{gemini, http.MethodPost, "/v1beta/models/gemini-x:embedContent"},
+		{gemini, http.MethodPost, "/v1beta/models/gemini-x:batchGenerateContent"},
+		{gemini, http.MethodPost, "/v1beta/models/:generateContent"},
+		{gemini, http.MethodPost, "/v1beta/models/gemini-x"},
+		{gemini, http.MethodPost, "/v1beta/models/a/b:generateContent"},
+		{gemini, http.MethodPost, "/v1beta/models/..:generateContent"},
+		{gemini, http.MethodPost, "/v1beta/models/%2e%2e:generateContent"},
+		{gemini, http.MethodPost, "/v1beta/models/gemini-x:generateContent/extra"},
+		{gemini, http.MethodPost, "/v1beta/tunedModels/mine:generateContent"},
+		{gemini, http.MethodPost, "/v1beta/cachedContents"},
+		{gemini, http.MethodPost, "/upload/v1beta/files"},
+		{gemini, http.MethodPost, "/v2/models/gemini-x:generateContent"},
 	} {
 		t.Run(string(tc.kind)+" "+tc.method+" "+tc.path, func(t *testing.T) {
 			g := NewWithT(t)
@@ -482,10 +582,13 @@ func TestUnknownEndpointsAre404(t *testing.T) {
 			g.Expect(resp.StatusCode).To(Equal(http.StatusNotFound))
 			var shape map[string]any
 			g.Expect(json.Unmarshal(answer, &shape)).To(Succeed())
-			if tc.kind == anthropic {
+			switch tc.kind {
+			case anthropic:
 				g.Expect(shape).To(HaveKeyWithValue("type", "error"))
 				g.Expect(shape["error"]).To(HaveKeyWithValue("type", "not_found_error"))
-			} else {
+			case gemini:
+				g.Expect(shape["error"]).To(And(HaveKeyWithValue("code", BeNumerically("==", 404)), HaveKeyWithValue("status", "NOT_FOUND")))
+			default:
 				g.Expect(shape["error"]).To(And(HaveKeyWithValue("type", "invalid_request_error"), HaveKey("code")))
 			}
 			g.Expect(shape["error"]).To(HaveKeyWithValue("message", ContainSubstring("not a model API endpoint")))
@@ -509,24 +612,27 @@ func TestAbsoluteFormRequestsAre404(t *testing.T) {
 }
 
 func TestOversizedBodiesAre413(t *testing.T) {
-	for _, kind := range []agentsv1alpha1.ModelAPIKind{anthropic, openAI} {
+	for _, kind := range []agentsv1alpha1.ModelAPIKind{anthropic, openAI, gemini} {
 		t.Run(string(kind), func(t *testing.T) {
 			g := NewWithT(t)
 			ms := startUpstream(t, modelserver.Script{{Text: "ok", Repeat: true}})
 			cfg := config(t, kind, ms.URL())
 			cfg.MaxRequestBody = 1024
 			p, base := startProxy(t, cfg)
-			path := map[agentsv1alpha1.ModelAPIKind]string{anthropic: "/v1/messages", openAI: "/v1/responses"}[kind]
+			path := map[agentsv1alpha1.ModelAPIKind]string{anthropic: "/v1/messages", openAI: "/v1/responses", gemini: geminiStream}[kind]
 			body := func(size int) string {
-				head := `{"model":"m","stream":true,"input":"go","messages":[{"role":"user","content":"go"}],"pad":"`
+				head := `{"model":"m","stream":true,"input":"go","messages":[{"role":"user","content":"go"}],"contents":[{"role":"user","parts":[{"text":"go"}]}],"pad":"`
 				return head + strings.Repeat("x", size-len(head)-2) + `"}`
 			}
 
 			resp, answer := send(t, kind, http.MethodPost, base+path, body(1025))
 			g.Expect(resp.StatusCode).To(Equal(http.StatusRequestEntityTooLarge))
 			g.Expect(string(answer)).To(ContainSubstring("larger than the proxy's limit of 1024 bytes"))
-			if kind == anthropic {
+			switch kind {
+			case anthropic:
 				g.Expect(answer).To(MatchJSON(`{"type":"error","error":{"type":"request_too_large","message":"Shepherd: the request body is larger than the proxy's limit of 1024 bytes"}}`))
+			case gemini:
+				g.Expect(answer).To(MatchJSON(`{"error":{"code":413,"message":"Shepherd: the request body is larger than the proxy's limit of 1024 bytes","status":"INVALID_ARGUMENT"}}`))
 			}
 			g.Expect(ms.Requests()).To(BeEmpty())
 			g.Expect(p.Usage().Requests).To(BeZero())
@@ -565,6 +671,19 @@ func TestUpstreamErrorsPassThrough(t *testing.T) {
 	}
 }
 
+// Google's error shape passes through as it came, with its retry advice in the body.
+func TestGeminiUpstreamErrorsPassThrough(t *testing.T) {
+	g := NewWithT(t)
+	ms := startUpstream(t, modelserver.Script{{Error: &modelserver.APIError{Status: 429, Message: "Resource has been exhausted", RetryAfter: 3}}})
+	p, base := startProxy(t, config(t, gemini, ms.URL()))
+	resp, answer := send(t, gemini, http.MethodPost, base+geminiStream, geminiBody)
+	g.Expect(resp.StatusCode).To(Equal(http.StatusTooManyRequests))
+	g.Expect(resp.Header.Get("X-Should-Retry")).To(BeEmpty(), "the upstream's answer, not the proxy's")
+	g.Expect(answer).To(MatchJSON(`{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED",
+		"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"3s"}]}}`))
+	g.Eventually(p.Usage).Should(Equal(modelproxy.Usage{Requests: 1, ByModel: map[string]modelproxy.ModelUsage{"gemini-x": {Requests: 1}}}))
+}
+
 func TestUnreachableUpstreamIs502(t *testing.T) {
 	g := NewWithT(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -574,9 +693,10 @@ func TestUnreachableUpstreamIs502(t *testing.T) {
 	for kind, want := range map[agentsv1alpha1.ModelAPIKind]string{
 		anthropic: `{"type":"error","error":{"type":"api_error","message":"Shepherd: the model API could not be reached"}}`,
 		openAI:    `{"error":{"message":"Shepherd: the model API could not be reached","type":"server_error","param":null,"code":null}}`,
+		gemini:    `{"error":{"code":502,"message":"Shepherd: the model API could not be reached","status":"UNAVAILABLE"}}`,
 	} {
 		_, base := startProxy(t, config(t, kind, closed))
-		path := map[agentsv1alpha1.ModelAPIKind]string{anthropic: "/v1/messages", openAI: "/v1/responses"}[kind]
+		path := map[agentsv1alpha1.ModelAPIKind]string{anthropic: "/v1/messages", openAI: "/v1/responses", gemini: geminiGenerate}[kind]
 		resp, answer := send(t, kind, http.MethodPost, base+path, `{"model":"m"}`)
 		g.Expect(resp.StatusCode).To(Equal(http.StatusBadGateway))
 		g.Expect(answer).To(MatchJSON(want))
@@ -602,6 +722,22 @@ func TestUpstreamPathPrefixIsKept(t *testing.T) {
 	g.Expect(ms.Requests()).To(HaveExactElements(
 		And(HaveField("Path", "/v1/messages"), HaveField("Query", "beta=true")),
 		HaveField("Path", "/v1/models/anthropic/claude-opus-4.6")))
+}
+
+func TestGeminiUpstreamPathPrefixIsKept(t *testing.T) {
+	g := NewWithT(t)
+	ms := modelserver.New(modelserver.Script{modelserver.Text("ok")})
+	gw := &http.Server{Handler: http.StripPrefix("/gw/google", ms), ReadHeaderTimeout: 10 * time.Second}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	go func() { _ = gw.Serve(l) }()
+	t.Cleanup(func() { _ = gw.Close() })
+
+	p, base := startProxy(t, config(t, gemini, "http://"+l.Addr().String()+"/gw/google"))
+	resp, _ := send(t, gemini, http.MethodPost, base+geminiStream, geminiBody)
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	g.Expect(ms.Requests()).To(HaveExactElements(And(HaveField("Path", "/v1beta/models/gemini-x:streamGenerateContent"), HaveField("Query", "alt=sse"))))
+	g.Eventually(p.Usage).Should(Equal(defaultUsage(gemini, "gemini-x", 1)))
 }
 
 func TestKeys(t *testing.T) {
@@ -700,7 +836,7 @@ func TestNewRefusesBadConfigs(t *testing.T) {
 		name string
 		cfg  modelproxy.Config
 	}{
-		{"unknown kind", modelproxy.Config{Kind: "Gemini", Upstream: mustURL(t, "https://x")}},
+		{"unknown kind", modelproxy.Config{Kind: "Cohere", Upstream: mustURL(t, "https://x")}},
 		{"no upstream", modelproxy.Config{Kind: anthropic}},
 		{"not http", modelproxy.Config{Kind: anthropic, Upstream: mustURL(t, "ftp://x")}},
 		{"no host", modelproxy.Config{Kind: anthropic, Upstream: mustURL(t, "https:///v1")}},

@@ -17,6 +17,9 @@ type endpoint struct {
 	path   string
 	// withID: the path continues with /{id} (GET /v1/models/{id}).
 	withID bool
+	// verb: the path continues with /{model}:{verb} (Gemini's POST
+	// /v1beta/models/{model}:generateContent); the model is the {id}.
+	verb string
 	// generation endpoints make the model generate: they count as requests, are metered and
 	// are refused once the budget is used up.
 	generation bool
@@ -29,7 +32,8 @@ type endpoint struct {
 }
 
 // The paths are what the CLIs append to their base URL: Claude Code adds /v1/messages to
-// ANTHROPIC_BASE_URL, Codex's base_url ends in /v1 and it adds /responses.
+// ANTHROPIC_BASE_URL, Codex's base_url ends in /v1 and it adds /responses, Gemini CLI adds
+// /v1beta/models/{model}:{verb} to GOOGLE_GEMINI_BASE_URL (v1 when told to use that version).
 var endpoints = map[agentsv1alpha1.ModelAPIKind][]endpoint{
 	agentsv1alpha1.ModelAPIAnthropic: {
 		{name: "messages", method: http.MethodPost, path: "/v1/messages", generation: true, parser: newAnthropicParser, query: []string{"beta"}},
@@ -43,6 +47,22 @@ var endpoints = map[agentsv1alpha1.ModelAPIKind][]endpoint{
 		{name: "models", method: http.MethodGet, path: "/v1/models"},
 		{name: "model", method: http.MethodGet, path: "/v1/models", withID: true},
 	},
+	agentsv1alpha1.ModelAPIGemini: geminiEndpoints("/v1beta/models", "/v1/models"),
+}
+
+// geminiEndpoints are the Gemini API's generation and token counting methods under each
+// version's models path. Only alt (sse, for a stream) is forwarded from the query: a key there
+// (?key=) is the agent's, and the proxy's own goes in x-goog-api-key.
+func geminiEndpoints(paths ...string) []endpoint {
+	var out []endpoint
+	for _, p := range paths {
+		out = append(out,
+			endpoint{name: "generateContent", method: http.MethodPost, path: p, verb: "generateContent", generation: true, parser: newGeminiParser, query: []string{"alt"}},
+			endpoint{name: "streamGenerateContent", method: http.MethodPost, path: p, verb: "streamGenerateContent", generation: true, parser: newGeminiParser, query: []string{"alt"}},
+			endpoint{name: "countTokens", method: http.MethodPost, path: p, verb: "countTokens", query: []string{"alt"}},
+		)
+	}
+	return out
 }
 
 // maxModelID caps the {id} of GET /v1/models/{id}.
@@ -56,6 +76,13 @@ func route(kind agentsv1alpha1.ModelAPIKind, r *http.Request) (endpoint, string,
 	}
 	for _, ep := range endpoints[kind] {
 		if r.Method != ep.method {
+			continue
+		}
+		if ep.verb != "" {
+			rest, ok := strings.CutPrefix(r.URL.Path, ep.path+"/")
+			if i := strings.LastIndexByte(rest, ':'); ok && i >= 0 && rest[i+1:] == ep.verb && validID(rest[:i]) && !strings.Contains(rest[:i], "/") {
+				return ep, rest[:i], true
+			}
 			continue
 		}
 		if !ep.withID {
@@ -98,7 +125,10 @@ func validID(id string) bool {
 func target(upstream *url.URL, ep endpoint, id string, query url.Values) *url.URL {
 	u := *upstream
 	suffix := ep.path
-	if ep.withID {
+	switch {
+	case ep.verb != "":
+		suffix += "/" + id + ":" + ep.verb
+	case ep.withID:
 		suffix += "/" + id
 	}
 	// suffix holds only characters that need no escaping, so it joins the decoded and the

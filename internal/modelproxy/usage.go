@@ -13,11 +13,13 @@ import (
 // The four token counts are disjoint, so their sum (Tokens) is every token the session used:
 // InputTokens are input tokens neither read from nor written to the prompt cache,
 // CacheReadTokens were read from it and CacheWriteTokens written to it. Anthropic reports
-// input that way already; OpenAI's input_tokens (Chat Completions: prompt_tokens) include the
-// cached tokens, which the proxy subtracts. OpenAI reports no cache writes.
+// input that way already; OpenAI's input_tokens (Chat Completions: prompt_tokens) and Gemini's
+// promptTokenCount include the cached tokens, which the proxy subtracts. OpenAI and Gemini
+// report no cache writes.
 type Usage struct {
 	// Requests counts the generation requests forwarded upstream (messages, responses,
-	// chat/completions), whatever their answer: a retried request counts again.
+	// chat/completions, generateContent and streamGenerateContent), whatever their answer: a
+	// retried request counts again.
 	Requests         int64 `json:"requests,omitempty"`
 	InputTokens      int64 `json:"inputTokens,omitempty"`
 	OutputTokens     int64 `json:"outputTokens,omitempty"`

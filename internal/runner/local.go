@@ -124,7 +124,7 @@ func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.healthz(w)
 	case r.URL.Path == LocalPreparedPath && r.Method == http.MethodPost:
 		l.postPrepared(w, r)
-	case l.Model != nil && strings.HasPrefix(r.URL.Path, "/v1/"):
+	case l.Model != nil && (strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/v1beta/")):
 		if l.ModelReady != nil {
 			select {
 			case <-l.ModelReady:
@@ -137,7 +137,7 @@ func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		l.Model.ServeHTTP(w, r)
 	default:
-		http.Error(w, "not found: the runner serves git under /git/ and the model API under /v1/", http.StatusNotFound)
+		http.Error(w, "not found: the runner serves git under /git/ and the model API under /v1/ (and Gemini's /v1beta/)", http.StatusNotFound)
 	}
 }
 

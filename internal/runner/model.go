@@ -36,18 +36,11 @@ type ModelConfig struct {
 	TokenFile string
 }
 
-// DefaultModelURL is the upstream of an API when agent.modelAPI.url is empty.
-func DefaultModelURL(api agentsv1alpha1.ModelAPIKind) string {
-	if api == agentsv1alpha1.ModelAPIOpenAI {
-		return "https://api.openai.com"
-	}
-	return "https://api.anthropic.com"
-}
 
 func (m *ModelConfig) proxy(onUsage func(modelproxy.Usage)) (*modelproxy.Proxy, error) {
 	raw := m.Upstream
 	if raw == "" {
-		raw = DefaultModelURL(m.API)
+		raw = m.API.DefaultURL()
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {

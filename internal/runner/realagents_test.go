@@ -36,14 +36,17 @@ type realAgent struct {
 	// commit is the replies that write file (relative to dir) with content and commit it with
 	// msg, through the CLI's own file and shell tools.
 	commit func(dir, file, content, msg string) []modelserver.Reply
-	// conversation is the CLI's conversation id as its model requests carry it (a header each).
+	// conversation is the CLI's conversation id as its model requests carry it (a header each);
+	// nil for a CLI whose requests name none (Gemini CLI).
 	conversation func(modelserver.Request) string
-	// reportsModel says the CLI prints the model it uses (Claude Code's system/init); Codex's and
-	// OpenCode's JSON output names none.
+	// reportsModel says the CLI prints the model it uses (Claude Code's system/init, Gemini
+	// CLI's init); Codex's and OpenCode's JSON output names none.
 	reportsModel bool
 	// usage reads the session's totals the runner must report from everything the CLI printed
 	// over both turns.
 	usage func(t *testing.T, out string) printedUsage
+	// sent is what the model API sent, as the proxy must count it; nil is sentMetered.
+	sent func(*modelserver.Server) runnerapi.Metered
 }
 
 // printedUsage is what the CLI's output says the session used; cost is "" when the CLI prints
@@ -91,6 +94,21 @@ var realAgents = []realAgent{
 		},
 		conversation: func(r modelserver.Request) string { return r.Header.Get("X-Session-Id") },
 		usage:        opencodeUsage,
+	},
+	{
+		// Its requests carry no conversation id: the resumed conversation shows in what the
+		// model sees (turn 1 replayed) and in the session id the CLI prints.
+		typ: agentsv1alpha1.AgentGemini, mode: agentsv1alpha1.WorkspaceWorktree, api: agentsv1alpha1.ModelAPIGemini, model: "gemini-2.5-pro",
+		commit: func(dir, file, content, msg string) []modelserver.Reply {
+			return []modelserver.Reply{
+				modelserver.Tools(modelserver.ToolCall{Name: "write_file", Input: map[string]any{"file_path": filepath.Join(dir, file), "content": content}}),
+				modelserver.Tools(modelserver.ToolCall{Name: "run_shell_command", Input: map[string]any{
+					"command": dumpEnv + "git add -- " + file + " && git commit -m '" + msg + "'", "description": "Commit the change"}}),
+			}
+		},
+		reportsModel: true,
+		usage:        geminiUsage,
+		sent:         sentGeminiMetered,
 	},
 }
 
@@ -166,10 +184,13 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 	g.Expect(turns).To(HaveLen(len(first)+1), "one model request per scripted reply")
 	g.Expect(strings.Join(turns[0].UserTexts(), "\n")).To(ContainSubstring(hostilePrompt), "the prompt reached the model unchanged")
 	g.Expect(strings.Join(turns[len(turns)-1].ToolResults(), "\n")).To(ContainSubstring("Add hello"), "the commit's output went back to the model")
-	conversation := a.conversation(turns[0])
-	g.Expect(conversation).NotTo(BeEmpty(), "the CLI names its conversation in its requests")
-	for _, r := range turns[1:] {
-		g.Expect(a.conversation(r)).To(Equal(conversation), "one conversation within the turn")
+	conversation := ""
+	if a.conversation != nil {
+		conversation = a.conversation(turns[0])
+		g.Expect(conversation).NotTo(BeEmpty(), "the CLI names its conversation in its requests")
+		for _, r := range turns[1:] {
+			g.Expect(a.conversation(r)).To(Equal(conversation), "one conversation within the turn")
+		}
 	}
 	var sessionID string
 	g.Eventually(func() string {
@@ -197,7 +218,9 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 	turns = ms.Turns()
 	g.Expect(turns).To(HaveLen(len(first) + 1 + len(follow) + 1))
 	for _, r := range turns[len(first)+1:] {
-		g.Expect(a.conversation(r)).To(Equal(conversation), "the resumed turn continued the conversation")
+		if a.conversation != nil {
+			g.Expect(a.conversation(r)).To(Equal(conversation), "the resumed turn continued the conversation")
+		}
 		g.Expect(strings.Join(r.AssistantTexts(), "\n")).To(ContainSubstring("Added hello.txt."))
 		g.Expect(strings.Join(r.UserTexts(), "\n")).To(ContainSubstring(hostilePrompt))
 		g.Expect(strings.Join(r.UserTexts(), "\n")).To(ContainSubstring(hostileMessage))
@@ -207,7 +230,7 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 	// Every model request came through the runner's proxy with the Project's key; the CLI's
 	// environment, and its shell tool's, held only the placeholder.
 	for _, r := range ms.Requests() {
-		creds := r.Header.Get("X-Api-Key") + " " + r.Header.Get("Authorization")
+		creds := r.Header.Get("X-Api-Key") + " " + r.Header.Get("Authorization") + " " + r.Header.Get("X-Goog-Api-Key")
 		g.Expect(creds).To(ContainSubstring(realModelKey), "request %d (%s) carries the real key", r.Seq, r.Path)
 		g.Expect(creds).NotTo(ContainSubstring(agent.PlaceholderKey))
 	}
@@ -221,7 +244,9 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 	reps := be.Reports(s)
 	last := reps[len(reps)-1]
 	g.Expect(last.Agent.SessionID).To(Equal(sessionID), "the resumed turn kept the CLI's session id")
-	g.Expect(sessionID).To(Equal(conversation), "the id the CLI printed is the one it sends")
+	if a.conversation != nil {
+		g.Expect(sessionID).To(Equal(conversation), "the id the CLI printed is the one it sends")
+	}
 	if a.reportsModel {
 		g.Expect(last.Agent.Model).NotTo(BeEmpty())
 	} else {
@@ -243,6 +268,9 @@ func runRealAgent(t *testing.T, a realAgent, bin string) {
 	// request (side ones too) once; the CLI's own count of output tokens agrees with it. The
 	// resumed conversation (Codex reports its thread's totals) is counted once by both.
 	sent := sentMetered(ms)
+	if a.sent != nil {
+		sent = a.sent(ms)
+	}
 	g.Expect(sent.Requests).To(BeNumerically(">=", len(turns)))
 	g.Eventually(h.lastMetered).Should(HaveValue(Equal(sent)), "the proxy's count, as the runner reported it")
 	g.Expect(lifecycle.UsageAgrees(last.Usage.OutputTokens, sent.OutputTokens)).To(BeTrue(),
@@ -389,4 +417,68 @@ func opencodeUsage(t *testing.T, out string) printedUsage {
 	}
 	u.cost = strconv.FormatFloat(cost, 'f', -1, 64)
 	return u
+}
+
+// geminiUsage: every result carries its own process's tokens (a resumed session counts from
+// zero): input is the prompt tokens less the cached ones; Gemini CLI prints no cost.
+func geminiUsage(t *testing.T, out string) printedUsage {
+	var u printedUsage
+	results := 0
+	jsonLines(out, func(raw []byte) {
+		var l struct {
+			Type  string `json:"type"`
+			Stats *struct {
+				Input        int64 `json:"input"`
+				Cached       int64 `json:"cached"`
+				OutputTokens int64 `json:"output_tokens"`
+			} `json:"stats"`
+		}
+		if json.Unmarshal(raw, &l) == nil && l.Type == "result" && l.Stats != nil {
+			results++
+			u.input += l.Stats.Input
+			u.cacheRead += l.Stats.Cached
+			u.output += l.Stats.OutputTokens
+		}
+	})
+	if results != 2 {
+		t.Fatalf("want a result with stats per turn in Gemini CLI's output, got %d:\n%s", results, out)
+	}
+	return u
+}
+
+// sentGeminiMetered is sentMetered for the Gemini API: every generateContent and
+// streamGenerateContent request, the reply's usage (promptTokenCount including the cached
+// tokens, which the proxy counts apart), by the model in the request's path.
+func sentGeminiMetered(ms *modelserver.Server) runnerapi.Metered {
+	script := ms.Script()
+	var m runnerapi.Metered
+	for _, r := range ms.Requests() {
+		if r.API != modelserver.APIGenerateContent {
+			continue
+		}
+		u := modelserver.DefaultUsage
+		if r.Reply >= 0 && r.Reply < len(script) {
+			if script[r.Reply].Error != nil {
+				u = modelserver.Usage{}
+			} else if script[r.Reply].Usage != (modelserver.Usage{}) {
+				u = script[r.Reply].Usage
+			}
+		}
+		u.CacheReadTokens = min(u.CacheReadTokens, u.InputTokens)
+		u.InputTokens -= u.CacheReadTokens
+		if m.ByModel == nil {
+			m.ByModel = map[string]runnerapi.MeteredModel{}
+		}
+		x := m.ByModel[r.Model()]
+		x.Requests++
+		x.InputTokens += u.InputTokens
+		x.OutputTokens += u.OutputTokens
+		x.CacheReadTokens += u.CacheReadTokens
+		m.ByModel[r.Model()] = x
+		m.Requests++
+		m.InputTokens += u.InputTokens
+		m.OutputTokens += u.OutputTokens
+		m.CacheReadTokens += u.CacheReadTokens
+	}
+	return m
 }

@@ -7,11 +7,16 @@ import (
 // What a recorded request carried, read from each API's body: the Messages API's messages
 // (role user/assistant, content a string or blocks of text, tool_use and tool_result), the
 // Responses API's input (a string, or items: messages with input_text/output_text parts,
-// function_call_output and custom_tool_call_output), or Chat Completions' messages (role
-// system/user/assistant/tool, content a string or text parts; tool results are role tool).
+// function_call_output and custom_tool_call_output), Chat Completions' messages (role
+// system/user/assistant/tool, content a string or text parts; tool results are role tool), or
+// the Gemini API's contents (role user/model, parts: text, functionCall, functionResponse).
 
-// Model is the model the request named.
+// Model is the model the request named (for the Gemini API, in its path).
 func (r Request) Model() string {
+	if r.API == APIGenerateContent || r.API == APIGeminiCountTokens {
+		model, _, _ := geminiPath(r.Path)
+		return model
+	}
 	var b struct {
 		Model string `json:"model"`
 	}
@@ -49,6 +54,14 @@ func (r Request) ToolResults() []string {
 		for _, m := range r.messages() {
 			if m.Role == "tool" {
 				out = append(out, contentText(m.Content)...)
+			}
+		}
+	case APIGenerateContent:
+		for _, c := range r.contents() {
+			for _, p := range c.Parts {
+				if p.FunctionResponse != nil {
+					out = append(out, p.FunctionResponse.text())
+				}
 			}
 		}
 	}
@@ -142,8 +155,66 @@ func (r Request) texts(role string) []string {
 				out = append(out, contentText(it.Content)...)
 			}
 		}
+	case APIGenerateContent:
+		if role == "assistant" {
+			role = "model"
+		}
+		for _, c := range r.contents() {
+			if c.Role != role {
+				continue
+			}
+			for _, p := range c.Parts {
+				if p.Text != "" && !p.Thought {
+					out = append(out, p.Text)
+				}
+			}
+		}
 	}
 	return out
+}
+
+// geminiContent is one turn of a Gemini request's contents.
+type geminiContent struct {
+	Role  string `json:"role"`
+	Parts []struct {
+		Text             string                  `json:"text"`
+		Thought          bool                    `json:"thought"`
+		FunctionResponse *geminiFunctionResponse `json:"functionResponse"`
+	} `json:"parts"`
+}
+
+// geminiFunctionResponse is a tool's result as the client sends it back: a response object
+// holding its output (Gemini CLI: {"output": ...}, or {"error": ...} for a failed call).
+type geminiFunctionResponse struct {
+	Name     string          `json:"name"`
+	Response json.RawMessage `json:"response"`
+}
+
+func (f geminiFunctionResponse) text() string {
+	var r struct {
+		Output json.RawMessage `json:"output"`
+		Error  json.RawMessage `json:"error"`
+	}
+	_ = json.Unmarshal(f.Response, &r)
+	for _, v := range []json.RawMessage{r.Output, r.Error} {
+		if isNull(v) {
+			continue
+		}
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			return s
+		}
+		return string(v)
+	}
+	return string(f.Response)
+}
+
+func (r Request) contents() []geminiContent {
+	var b struct {
+		Contents []geminiContent `json:"contents"`
+	}
+	_ = json.Unmarshal(r.Body, &b)
+	return b.Contents
 }
 
 // contentText reads a content value that is a string or a list of parts with text.

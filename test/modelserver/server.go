@@ -1,9 +1,10 @@
 // Package modelserver is a scripted model API for tests: it speaks the Anthropic Messages API
 // (POST /v1/messages, streaming server-sent events, as Claude Code and OpenCode's Anthropic
-// provider call it) and the OpenAI Responses API (POST /v1/responses, streaming, as Codex calls
-// it), so the real agent CLIs can run against it and make real tool calls. It also speaks OpenAI
-// Chat Completions (POST /v1/chat/completions, streamed or not), as OpenAI-compatible providers
-// and Aider call it.
+// provider call it), the OpenAI Responses API (POST /v1/responses, streaming, as Codex calls
+// it) and the Gemini API (POST /v1beta/models/{model}:generateContent and
+// :streamGenerateContent, as Gemini CLI calls it), so the real agent CLIs can run against it and
+// make real tool calls. It also speaks OpenAI Chat Completions (POST /v1/chat/completions,
+// streamed or not), as OpenAI-compatible providers and Aider call it.
 //
 // A Script is a list of Replies. Every conversational request (one that offers the model tools)
 // takes the next Reply: text, one or more tool calls, or an API error to exercise the CLI's own
@@ -116,6 +117,11 @@ const (
 	APIChatCompletions API = "chat_completions"
 	// APIModels is GET /v1/models (both).
 	APIModels API = "models"
+	// APIGenerateContent is POST /v1beta/models/{model}:generateContent and
+	// :streamGenerateContent (Gemini; Request.Stream tells them apart).
+	APIGenerateContent API = "generate_content"
+	// APIGeminiCountTokens is POST /v1beta/models/{model}:countTokens (Gemini).
+	APIGeminiCountTokens API = "gemini_count_tokens"
 	// APIOther is anything else; it is answered 404.
 	APIOther API = "other"
 )
@@ -281,19 +287,28 @@ func (r request) tools() []json.RawMessage {
 	return flattenTools(out)
 }
 
-// flattenTools replaces namespace entries ({"type":"namespace","tools":[...]}) by their tools.
+// flattenTools replaces namespace entries ({"type":"namespace","tools":[...]}) by their tools,
+// and a Gemini Tool ({"functionDeclarations":[...]}) by its function declarations.
 func flattenTools(tools []json.RawMessage) []json.RawMessage {
 	var out []json.RawMessage
 	for _, raw := range tools {
 		var ns struct {
-			Type  string            `json:"type"`
-			Tools []json.RawMessage `json:"tools"`
+			Type                 string            `json:"type"`
+			Tools                []json.RawMessage `json:"tools"`
+			FunctionDeclarations []json.RawMessage `json:"functionDeclarations"`
 		}
-		if json.Unmarshal(raw, &ns) == nil && ns.Type == "namespace" {
-			out = append(out, flattenTools(ns.Tools)...)
+		if json.Unmarshal(raw, &ns) != nil {
+			out = append(out, raw)
 			continue
 		}
-		out = append(out, raw)
+		switch {
+		case ns.Type == "namespace":
+			out = append(out, flattenTools(ns.Tools)...)
+		case ns.FunctionDeclarations != nil:
+			out = append(out, ns.FunctionDeclarations...)
+		default:
+			out = append(out, raw)
+		}
 	}
 	return out
 }
@@ -354,6 +369,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.Reply = idx
 		s.record(&rec)
 		s.serveChat(w, req, reply, idx)
+	case r.Method == http.MethodPost && isGemini(path):
+		model, method, _ := geminiPath(path)
+		switch method {
+		case "generateContent", "streamGenerateContent":
+			rec.API, rec.Stream = APIGenerateContent, method == "streamGenerateContent"
+			reply, idx := s.take(len(req.tools()) > 0)
+			rec.Reply = idx
+			s.record(&rec)
+			s.serveGemini(w, req, model, method, body, reply, idx)
+		default:
+			rec.API = APIGeminiCountTokens
+			s.record(&rec)
+			s.serveGemini(w, req, model, method, body, Reply{}, -1)
+		}
 	case r.Method == http.MethodGet && (path == "/v1/models" || strings.HasPrefix(path, "/v1/models/")):
 		rec.API = APIModels
 		s.record(&rec)
@@ -365,6 +394,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"type": "error",
 			"error": map[string]any{"type": "not_found_error", "message": "modelserver: no such endpoint " + r.URL.Path}})
 	}
+}
+
+// isGemini says path is a Gemini API method the server serves.
+func isGemini(path string) bool {
+	_, method, ok := geminiPath(path)
+	return ok && (method == "generateContent" || method == "streamGenerateContent" || method == "countTokens")
 }
 
 // foreign says the request was sent to the server as a proxy, for another host: a CONNECT, or

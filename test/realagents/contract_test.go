@@ -57,6 +57,17 @@ var opencodeContract = []rule{
 	{where: map[string]string{"type": "error"}, need: []string{"sessionID", "error.name", "error.data.message"}},
 }
 
+var geminiContract = []rule{
+	{where: map[string]string{"type": "init"}, need: []string{"session_id", "model"}},
+	{where: map[string]string{"type": "message", "role": "assistant"}, need: []string{"content", "delta"}},
+	{where: map[string]string{"type": "tool_use"}, need: []string{"tool_name", "tool_id", "parameters"}},
+	{where: map[string]string{"type": "tool_result", "status": "success"}, need: []string{"tool_id"}},
+	{where: map[string]string{"type": "tool_result", "status": "error"}, need: []string{"tool_id", "error.type", "error.message"}},
+	{where: map[string]string{"type": "result", "status": "success"}, need: []string{"stats.input_tokens", "stats.output_tokens",
+		"stats.cached", "stats.input"}},
+	{where: map[string]string{"type": "result", "status": "error"}, need: []string{"error.message"}},
+}
+
 func checkContract(t *testing.T, c cliCase, lines [][]byte) {
 	t.Helper()
 	pinned, err := realagents.Pinned()

@@ -1,7 +1,7 @@
-// Package realagents installs the pinned agent CLIs (Claude Code, Codex, OpenCode) from the npm
-// registry and sets each up to run offline against the scripted model server
+// Package realagents installs the pinned agent CLIs (Claude Code, Codex, OpenCode, Gemini CLI)
+// from the npm registry and sets each up to run offline against the scripted model server
 // (test/modelserver). Its tests drive the real CLIs through the adapters of internal/agent; the
-// runner's tests use it to drive a real Claude Code.
+// runner's tests use it to drive them through the runner.
 //
 // The versions live in hack/agent-clis.versions; hack/agent-clis.sh installs them into
 // ~/.cache/shepherd/agent-clis. docs/agents.md says how each CLI is pointed at the server and
@@ -33,7 +33,7 @@ type CLI struct {
 // APIKey is the key the CLIs send to the scripted model server; the server accepts any.
 const APIKey = "sk-shepherd-scripted-model-server"
 
-// InstallTimeout bounds hack/agent-clis.sh: three npm installs of ~100 MB each on a cold cache.
+// InstallTimeout bounds hack/agent-clis.sh: four npm installs of ~100 MB each on a cold cache.
 const InstallTimeout = 15 * time.Minute
 
 // RepoRoot is the repository's root: the nearest directory above the working directory that
@@ -88,6 +88,7 @@ var Binary = map[agentsv1alpha1.AgentType]string{
 	agentsv1alpha1.AgentClaudeCode: "claude",
 	agentsv1alpha1.AgentCodex:      "codex",
 	agentsv1alpha1.AgentOpenCode:   "opencode",
+	agentsv1alpha1.AgentGemini:     "gemini",
 }
 
 var (
@@ -98,7 +99,7 @@ var (
 
 // Install runs hack/agent-clis.sh once per process (it reuses its cache, so a warm run takes
 // milliseconds), checks that each binary reports its pinned version, and returns the directory
-// holding claude, codex and opencode.
+// holding claude, codex, opencode and gemini.
 func Install() (string, error) {
 	installOnce.Do(func() { installDir, installErr = install() })
 	return installDir, installErr
@@ -180,6 +181,8 @@ func ForAgent(typ agentsv1alpha1.AgentType, home, baseURL string) (Setup, error)
 		setup, err = Codex(home, baseURL)
 	case agentsv1alpha1.AgentOpenCode:
 		setup, err = OpenCode(home, baseURL)
+	case agentsv1alpha1.AgentGemini:
+		setup, err = Gemini(home, baseURL)
 	default:
 		return Setup{}, fmt.Errorf("no real CLI for agent type %q", typ)
 	}
@@ -256,6 +259,35 @@ enabled = false
 ` + provider
 	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o644); err != nil {
 		return Setup{}, err
+	}
+	return Setup{Env: env}, nil
+}
+
+// Gemini points Gemini CLI at baseURL: GOOGLE_GEMINI_BASE_URL, and the key in GEMINI_API_KEY
+// (sent as x-goog-api-key). Its user settings ($HOME/.gemini/settings.json) are the agent
+// image's system settings, hack/agent-images/gemini/settings.json: they select the API key as
+// the way in (without it, this version takes a base URL for a gateway login, which headless mode
+// refuses: "Invalid auth method selected.", exit 41) and turn off usage statistics (else it
+// connects to play.googleapis.com), telemetry and the auto-update.
+func Gemini(home, baseURL string) (Setup, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return Setup{}, err
+	}
+	settings, err := os.ReadFile(filepath.Join(root, "hack", "agent-images", "gemini", "settings.json"))
+	if err != nil {
+		return Setup{}, err
+	}
+	dir := filepath.Join(home, ".gemini")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Setup{}, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "settings.json"), settings, 0o644); err != nil {
+		return Setup{}, err
+	}
+	env := []string{"HOME=" + home}
+	if baseURL != "" {
+		env = append(env, "GOOGLE_GEMINI_BASE_URL="+baseURL, "GEMINI_API_KEY="+APIKey)
 	}
 	return Setup{Env: env}, nil
 }

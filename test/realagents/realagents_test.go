@@ -135,6 +135,30 @@ var cases = []cliCase{
 		cost:     true,
 		contract: opencodeContract,
 	},
+	{
+		// Not Gemini CLI's default ("auto", which routes every request through a classifier
+		// request to a small model first), so that --model is seen to take effect.
+		typ: agentsv1alpha1.AgentGemini, fixtures: "gemini", model: "gemini-2.5-pro",
+		editAndCommit: func(dir, path, content, msg string) []modelserver.Reply {
+			return []modelserver.Reply{
+				modelserver.Tools(modelserver.ToolCall{Name: "write_file", Input: map[string]any{"file_path": filepath.Join(dir, path), "content": content}}),
+				modelserver.Tools(modelserver.ToolCall{Name: "run_shell_command", Input: map[string]any{
+					"command": "git add -- " + path + " && git commit -m '" + msg + "'", "description": "Commit the new file"}}),
+			}
+		},
+		tools: []string{"write_file", "run_shell_command"},
+		// Retried after 5 s, then 10 s (its backoff starts at 5 s whatever the RetryInfo says);
+		// stream-json prints no retry (stderr does).
+		retries: []modelserver.APIError{{Status: http.StatusServiceUnavailable, Message: "The model is overloaded."},
+			{Status: http.StatusTooManyRequests, Message: "Resource has been exhausted", RetryAfter: 1}},
+		// Headless, ask_user is not offered and the CLI answers "not found"; the parser still
+		// takes its question.
+		ask: []modelserver.Reply{modelserver.Tools(modelserver.ToolCall{Name: "ask_user", Unoffered: true, Input: map[string]any{
+			"questions": []any{map[string]any{"question": question, "header": "Status", "type": "choice",
+				"options": []any{map[string]any{"label": "404", "description": "Not found"}, map[string]any{"label": "410", "description": "Gone"}}}}}})},
+		refusal:  modelserver.APIError{Status: 403, Message: refused},
+		contract: geminiContract,
+	},
 }
 
 func jsString(s string) string {
@@ -196,8 +220,9 @@ func TestRealCLIs(t *testing.T) {
 				g.Expect(pu.Requests).To(Equal(generations), "every generation request, side requests (titles) too")
 				g.Expect(pu.OutputTokens).To(Equal(sent.OutputTokens), "output tokens as sent")
 				g.Expect(pu.CacheReadTokens).To(Equal(sent.CacheReadTokens), "cache reads as sent")
-				if c.typ == agentsv1alpha1.AgentCodex {
-					// OpenAI's input_tokens include the cached ones; the proxy keeps them apart.
+				if c.typ == agentsv1alpha1.AgentCodex || c.typ == agentsv1alpha1.AgentGemini {
+					// OpenAI's input_tokens and Gemini's promptTokenCount include the cached
+					// ones; the proxy keeps them apart.
 					g.Expect(pu.InputTokens + pu.CacheReadTokens).To(Equal(sent.InputTokens))
 				} else {
 					g.Expect(pu.InputTokens).To(Equal(sent.InputTokens), "input as sent")
@@ -488,8 +513,11 @@ func proxyURL(p *modelproxy.Proxy) string { v, _ := proxies.Load(p); return v.(s
 func startModelProxy(t *testing.T, typ agentsv1alpha1.AgentType, upstream string) *modelproxy.Proxy {
 	t.Helper()
 	kind := agentsv1alpha1.ModelAPIAnthropic
-	if typ == agentsv1alpha1.AgentCodex {
+	switch typ {
+	case agentsv1alpha1.AgentCodex:
 		kind = agentsv1alpha1.ModelAPIOpenAI
+	case agentsv1alpha1.AgentGemini:
+		kind = agentsv1alpha1.ModelAPIGemini
 	}
 	u, err := url.Parse(upstream)
 	if err != nil {
@@ -518,14 +546,15 @@ func startModelProxy(t *testing.T, typ agentsv1alpha1.AgentType, upstream string
 }
 
 // sentUsage sums the usage the server sent in answer to the generation requests among requests
-// (Messages, Responses, Chat Completions), and counts them: a scripted reply's own usage or the
-// server's default, side answers (titles) the default, an error reply none.
+// (Messages, Responses, Chat Completions, generateContent), and counts them: a scripted reply's
+// own usage or the server's default, side answers (titles) the default, an error reply none.
 func sentUsage(s *modelserver.Server, requests []modelserver.Request) (modelserver.Usage, int64) {
 	var out modelserver.Usage
 	var n int64
 	script := s.Script()
 	for _, r := range requests {
-		generation := strings.HasSuffix(r.Path, "/messages") || strings.HasSuffix(r.Path, "/responses") || strings.HasSuffix(r.Path, "/chat/completions")
+		generation := strings.HasSuffix(r.Path, "/messages") || strings.HasSuffix(r.Path, "/responses") || strings.HasSuffix(r.Path, "/chat/completions") ||
+			r.API == modelserver.APIGenerateContent
 		if r.Method != http.MethodPost || !generation {
 			continue
 		}

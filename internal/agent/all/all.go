@@ -7,5 +7,6 @@ import (
 	_ "github.com/shepherd-dev/shepherd/internal/agent/claudecode"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/codex"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/custom"
+	_ "github.com/shepherd-dev/shepherd/internal/agent/gemini"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/opencode"
 )
