@@ -36,7 +36,6 @@ type ModelConfig struct {
 	TokenFile string
 }
 
-
 func (m *ModelConfig) proxy(onUsage func(modelproxy.Usage)) (*modelproxy.Proxy, error) {
 	raw := m.Upstream
 	if raw == "" {
