@@ -106,6 +106,19 @@ var (
 		requestModel:   "claude-sonnet-4-5",
 		transcriptTool: "bash",
 	}
+	// Gemini CLI: its image's /etc/gemini-cli/settings.json picks the API-key login and keeps
+	// it offline; its requests name no conversation (the resumed one shows in what the model
+	// sees). A model, so that it does not first ask a small one to route the task.
+	geminiAgent = realAgent{
+		name: "Gemini CLI", typ: agentsv1alpha1.AgentGemini, image: "shepherd-agent-gemini:latest",
+		api: agentsv1alpha1.ModelAPIGemini, model: "gemini-2.5-pro",
+		tool: "run_shell_command",
+		shell: func(command string) modelserver.Reply {
+			return modelserver.Tools(modelserver.ToolCall{Name: "run_shell_command", Input: map[string]any{"command": command, "description": "Edit and commit"}})
+		},
+		reportsModel:   true,
+		transcriptTool: "run_shell_command",
+	}
 )
 
 // agentProject is a Project on the fake GitHub whose agent reaches the scripted model server

@@ -288,6 +288,7 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		func(a realAgent, mode agentsv1alpha1.WorkspaceMode) { agentWholeSession(ctx, c, a, mode) },
 		Entry(codexAgent.name+", worktree mode", codexAgent, agentsv1alpha1.WorkspaceWorktree),
 		Entry(openCodeAgent.name+", worktree mode", openCodeAgent, agentsv1alpha1.WorkspaceWorktree),
+		Entry(geminiAgent.name+", worktree mode", geminiAgent, agentsv1alpha1.WorkspaceWorktree),
 		Entry(claudeCodeAgent.name+", clone mode", claudeCodeAgent, agentsv1alpha1.WorkspaceClone),
 	)
 
