@@ -129,6 +129,24 @@ COPY hack/agent-images/gemini/settings.json /etc/gemini-cli/settings.json
 USER 65532:65532
 CMD ["gemini", "--version"]
 
+# Aider ships only through PyPI (aider-chat, pinned in hack/agent-images/aider/requirements.txt):
+# the one agent image the repository's local builder cannot make, on machines that reach no PyPI.
+# `docker build --target agent-aider -t shepherd-agent-aider:<tag> .` makes the manager's default
+# aider image wherever PyPI is reachable. Python's own slim image, with what agent-base adds: git,
+# the user 65532, a writable home; analytics and the update check off.
+FROM python:3.12-slim-bookworm AS agent-aider
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 agent \
+ && useradd --uid 65532 --gid 65532 --home-dir /home/agent --create-home --shell /bin/bash --comment "Shepherd agent" agent
+COPY hack/agent-images/aider/requirements.txt /tmp/aider-requirements.txt
+RUN pip install --no-cache-dir -r /tmp/aider-requirements.txt && rm /tmp/aider-requirements.txt
+ENV HOME=/home/agent AIDER_ANALYTICS=false AIDER_CHECK_UPDATE=false AIDER_SHOW_RELEASE_NOTES=false
+WORKDIR /home/agent
+USER 65532:65532
+CMD ["aider", "--version"]
+
 # The manager image: a static binary on distroless, non-root. Last, so a plain `docker build .`
 # builds it.
 FROM gcr.io/distroless/static:nonroot AS manager

@@ -429,6 +429,11 @@ func TestLocalImagesAgreeWithDockerfile(t *testing.T) {
 		if name == "builder" || name == "agent-base" || strings.HasSuffix(name, "-install") {
 			continue
 		}
+		if name == "agent-aider" {
+			// PyPI only: the one image stage the local builder cannot make here (no PyPI);
+			// TestAiderStage checks what it installs.
+			continue
+		}
 		g.Expect(slices.ContainsFunc(specs, func(s imageSpec) bool { return s.Stage == name })).To(BeTrue(), "no local image for Dockerfile stage %q", name)
 	}
 }
@@ -793,4 +798,26 @@ func mustTag(t *testing.T, ref string) name.Tag {
 		t.Fatal(err)
 	}
 	return tag
+}
+
+// TestAiderStage: the Dockerfile's Aider image installs the pinned aider-chat, as the user and
+// with the settings of the other agent images; the manager's default aider image is its name.
+func TestAiderStage(t *testing.T) {
+	g := NewWithT(t)
+	raw, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
+	g.Expect(err).NotTo(HaveOccurred())
+	df := string(raw)
+	g.Expect(df).To(ContainSubstring("AS agent-aider"))
+	stage := df[strings.Index(df, "AS agent-aider"):]
+	stage = stage[:strings.Index(stage, "\nFROM ")]
+	for _, want := range []string{"--uid 65532", "COPY hack/agent-images/aider/requirements.txt", "pip install --no-cache-dir -r",
+		"AIDER_ANALYTICS=false", "AIDER_CHECK_UPDATE=false", "USER 65532:65532", "git"} {
+		g.Expect(stage).To(ContainSubstring(want))
+	}
+	req, err := os.ReadFile(filepath.Join("..", "agent-images", "aider", "requirements.txt"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(req)).To(MatchRegexp(`(?m)^aider-chat==[0-9]+\.[0-9]+\.[0-9]+$`), "pinned to one version")
+	main, err := os.ReadFile(filepath.Join("..", "..", "cmd", "manager", "main.go"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(main)).To(ContainSubstring("aider=shepherd-agent-aider:latest"), "the default is the image this stage makes")
 }
