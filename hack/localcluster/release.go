@@ -29,7 +29,7 @@ import (
 )
 
 // releaseImages are the images a release ships, by the keys of --only.
-var releaseImages = []string{"manager", "runner", "claude-code", "codex", "opencode"}
+var releaseImages = []string{"manager", "runner", "claude-code", "codex", "opencode", "gemini"}
 
 // imagesFile lists a release's images, one "key ref" per line (`push` reads it).
 const imagesFile = "images.txt"

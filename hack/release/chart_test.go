@@ -90,7 +90,7 @@ func releaseValues() map[string]any {
 		}
 		return map[string]any{"repository": name[strings.LastIndex(name, "/")+1:], "digest": digest(ref)}
 	}
-	agents := map[string]any{"codex": nil, "opencode": nil}
+	agents := map[string]any{"codex": nil, "opencode": nil, "gemini": nil}
 	for k, ref := range testImages.Agents {
 		agents[k] = img(ref)
 	}

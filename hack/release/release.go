@@ -40,7 +40,7 @@ const (
 // Images are the pinned references of a release: repository:tag@sha256:digest.
 type Images struct {
 	Manager, Runner string
-	// Agents maps an agent (claude-code, codex, opencode) to its image.
+	// Agents maps an agent (claude-code, codex, opencode, gemini) to its image.
 	Agents map[string]string
 }
 
