@@ -297,6 +297,10 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		scheduledSessions(ctx, c)
 	})
 
+	It("runs a whole session with a custom agent: the team's own script, its own protocol, from an image with bash and git", func() {
+		customWholeSession(ctx, c)
+	})
+
 	It("runs a whole session on a real Gitea: commit statuses, official reviews, webhooks drive the phases", func() {
 		giteaSession(ctx, c)
 	})

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -30,6 +31,8 @@ type sessionRun struct {
 	model   *modelserver.Server
 	notices *scenario.Receiver
 	res     *scenario.Result
+	// custom: the agent was the custom script, which calls no model.
+	custom bool
 }
 
 // playOptions vary the scenario between the specs.
@@ -47,6 +50,8 @@ type playOptions struct {
 	agent   *realAgent
 	mode    agentsv1alpha1.WorkspaceMode
 	project func(*agentsv1alpha1.ProjectSpec)
+	// custom runs test/customagent/agent.sh as a custom agent instead (it calls no model).
+	custom bool
 }
 
 // playScenario serves the scripted model and a notification receiver on the node IP, applies
@@ -84,6 +89,14 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 	if opts.mode != "" {
 		m.Project.Spec.Workspace.Mode = opts.mode
 	}
+	if opts.custom {
+		// A team's own agent: the script, run by the bash of an image that has it and git.
+		script, err := os.ReadFile(filepath.Join(repoRoot(), "test", "customagent", "agent.sh"))
+		Expect(err).NotTo(HaveOccurred())
+		m.Project.Spec.Agent = agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentCustom, Image: claudeCodeAgent.image,
+			PermissionMode: agentsv1alpha1.PermissionBypass,
+			Custom:         &agentsv1alpha1.CustomAgentSpec{Command: []string{"bash", "-c", string(script), "custom-agent"}}}
+	}
 	if opts.project != nil {
 		opts.project(&m.Project.Spec)
 	}
@@ -96,7 +109,7 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 	By("creating the session for the issue and playing CI and the reviewer until the merge")
 	wc, err := client.NewWithWatch(c.cfg, client.Options{Scheme: c.client.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
-	run := &sessionRun{ns: ns.Name, key: client.ObjectKeyFromObject(m.Session), forge: forge, model: model, notices: notices}
+	run := &sessionRun{ns: ns.Name, key: client.ObjectKeyFromObject(m.Session), forge: forge, model: model, notices: notices, custom: opts.custom}
 	pctx, stop := context.WithCancel(ctx)
 	DeferCleanup(stop)
 	play := &scenario.Play{
@@ -147,6 +160,16 @@ func checkSessionEnd(ctx context.Context, c *cluster, run *sessionRun) {
 	Expect(res.Commits[len(res.Commits)-1].SHA).To(Equal(res.Heads[len(res.Heads)-1]))
 	Expect(run.model.Problems()).To(BeEmpty(), "every model request was scripted; nothing tried to leave")
 	var failureTurns, reviewTurns int
+	if run.custom {
+		// The custom script writes each prompt it gets to notes-<turn>.txt on the branch.
+		bare := run.forge.(*scenario.FakeGitHub).Server.GitDir(run.forge.(*scenario.FakeGitHub).Repo())
+		if strings.Contains(gitOut(bare, "show", res.Branch+":notes-2.txt"), run.forge.FailureEvidence()) {
+			failureTurns++
+		}
+		if strings.Contains(gitOut(bare, "show", res.Branch+":notes-3.txt"), scenario.ReviewComment) {
+			reviewTurns++
+		}
+	}
 	for _, t := range run.model.Turns() {
 		text := strings.Join(t.UserTexts(), "\n")
 		if strings.Contains(text, run.forge.FailureEvidence()) {
@@ -326,4 +349,19 @@ func agentWholeSession(ctx context.Context, c *cluster, a realAgent, mode agents
 	}
 	Expect(first).NotTo(BeEmpty(), "the CLI names its conversation in %s", a.conversation)
 	Expect(fix).To(Equal(first), "the fix is a turn of the same conversation")
+}
+
+// customWholeSession plays the whole session with a custom agent: test/customagent/agent.sh, a
+// shell script speaking Shepherd's JSON-lines protocol, run from an image that has bash and git
+// (as a team's own image would), configured only through the Project (type custom, image,
+// command). Each prompt it gets (the issue, the CI failure, the review) becomes a commit.
+func customWholeSession(ctx context.Context, c *cluster) {
+	By("serving the fake GitHub on the node IP, with webhooks to the manager's Service")
+	gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(gh.Close)
+	run := playScenario(ctx, c, gh, playOptions{pollInterval: time.Minute, custom: true})
+	checkSessionEnd(ctx, c, run)
+	Expect(run.model.Requests()).To(BeEmpty(), "the script calls no model")
+	Expect(run.res.Session.Status.Agent.SessionID).To(HavePrefix("conv-"), "the conversation id the script reported")
 }
