@@ -807,9 +807,9 @@ func TestAiderStage(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
 	g.Expect(err).NotTo(HaveOccurred())
 	df := string(raw)
-	g.Expect(df).To(ContainSubstring("AS agent-aider"))
-	stage := df[strings.Index(df, "AS agent-aider"):]
-	stage = stage[:strings.Index(stage, "\nFROM ")]
+	_, stage, found := strings.Cut(df, "AS agent-aider")
+	g.Expect(found).To(BeTrue(), "the Dockerfile has the stage agent-aider")
+	stage, _, _ = strings.Cut(stage, "\nFROM ")
 	for _, want := range []string{"--uid 65532", "COPY hack/agent-images/aider/requirements.txt", "pip install --no-cache-dir -r",
 		"AIDER_ANALYTICS=false", "AIDER_CHECK_UPDATE=false", "USER 65532:65532", "git"} {
 		g.Expect(stage).To(ContainSubstring(want))

@@ -547,17 +547,17 @@ func (r *AgentSessionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The session's pod, its Worktree and its runner's reports move it along: they go before
 		// the first reconciles of newer sessions (progressPriority).
 		Watches(&corev1.Pod{}, prioritized(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &agentsv1alpha1.AgentSession{},
-			handler.OnlyControllerOwner()), progressPriority)).
+			handler.OnlyControllerOwner()))).
 		// A session that stops, ends, is admitted or goes away may free a slot: its Project's
 		// queued sessions look again.
 		Watches(&agentsv1alpha1.AgentSession{}, handler.EnqueueRequestsFromMapFunc(r.queuedSessions), builder.WithPredicates(sessionPhaseChanged())).
-		Watches(&agentsv1alpha1.Worktree{}, prioritized(handler.EnqueueRequestsFromMapFunc(r.sessionsForWorktree), progressPriority),
+		Watches(&agentsv1alpha1.Worktree{}, prioritized(handler.EnqueueRequestsFromMapFunc(r.sessionsForWorktree)),
 			builder.WithPredicates(worktreePhaseChanged())).
 		// A Project's status changes with every session it counts; only its spec matters here, and
 		// its budget running out or coming back (its sessions wait, or resume).
 		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(r.sessionsForProject),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, budgetChanged()))).
-		WatchesRawSource(source.Channel(r.Events, prioritized(&handler.EnqueueRequestForObject{}, progressPriority))).
+		WatchesRawSource(source.Channel(r.Events, prioritized(&handler.EnqueueRequestForObject{}))).
 		Named("agentsession").
 		Complete(r)
 }

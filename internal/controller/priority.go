@@ -19,10 +19,10 @@ import (
 // than all at the end (docs/performance.md, "Work in order").
 const progressPriority = 10
 
-// prioritized enqueues what h enqueues at priority p, when the controller's queue is
+// prioritized enqueues what h enqueues at progressPriority, when the controller's queue is
 // controller-runtime's priority queue (the default); with another queue it changes nothing.
-func prioritized(h handler.EventHandler, p int) handler.EventHandler {
-	return prioritizedHandler{h: h, priority: p}
+func prioritized(h handler.EventHandler) handler.EventHandler {
+	return prioritizedHandler{h: h, priority: progressPriority}
 }
 
 type prioritizedHandler struct {

@@ -29,7 +29,7 @@ func TestProgressGoesFirst(t *testing.T) {
 	for i := range 100 {
 		plain.Create(ctx, event.CreateEvent{Object: sess(fmt.Sprintf("new-%03d", i))}, q)
 	}
-	prioritized(&handler.EnqueueRequestForObject{}, progressPriority).Generic(ctx, event.GenericEvent{Object: sess("reported")}, q)
+	prioritized(&handler.EnqueueRequestForObject{}).Generic(ctx, event.GenericEvent{Object: sess("reported")}, q)
 	item, _, _ := q.GetWithPriority()
 	if item.NamespacedName != (types.NamespacedName{Namespace: "ns", Name: "reported"}) {
 		t.Fatalf("the first item handed out is %v, not the session that reported", item)
