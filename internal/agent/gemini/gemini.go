@@ -103,7 +103,15 @@ func (Adapter) Command(t agent.Turn) (agent.Command, error) {
 // Node.js process to raise its heap limit to half of the machine's memory (not the pod's):
 // one process starts faster and gets the runner's signals directly. Telemetry is off by
 // default; the variable overrides any settings file that turns it on.
-var Env = []string{"GEMINI_CLI_NO_RELAUNCH=true", "GEMINI_TELEMETRY_ENABLED=false"}
+//
+// Its shell tool runs commands with GIT_CONFIG_SYSTEM and GIT_CONFIG_GLOBAL set to /dev/null,
+// so the agent container's system configuration (internal/runner AgentGitConfig: the checkout
+// and the mirror belong to the runner's uid, and git refuses a repository another user owns)
+// does not reach the agent's git, and `git commit` fails with "dubious ownership". It keeps
+// the command-scope entries of GIT_CONFIG_COUNT, adding its own after them: safe.directory is
+// honoured there (a protected scope), so it goes in as the first one.
+var Env = []string{"GEMINI_CLI_NO_RELAUNCH=true", "GEMINI_TELEMETRY_ENABLED=false",
+	"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*"}
 
 // ModelEnv points Gemini CLI at the runner's model proxy: GOOGLE_GEMINI_BASE_URL replaces the
 // API's host (the CLI appends /v1beta/models/...; a plain http URL is accepted for loopback
