@@ -118,7 +118,7 @@ type CustomAgentSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MinLength=1
-	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:items:MaxLength=4096
 	Command []string `json:"command"`
 
 	// Output is the format the command prints on standard output: Shepherd (default, the
