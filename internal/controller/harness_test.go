@@ -252,6 +252,8 @@ type agent struct {
 	prepare *workspace.Result
 	// project is the session's Project when it is not widgets.
 	project string
+	// via, when set, is the manager whose runner channel the session's runner calls (else mgr).
+	via *managerUnderTest
 }
 
 func (w *world) agent(name string) *agent { return &agent{w: w, name: name} }
@@ -291,7 +293,11 @@ func (a *agent) start() {
 		if project == "" {
 			project = "widgets"
 		}
-		r, err := connectRunnerE(pod, project)
+		addr := mgr.runnerAddr
+		if a.via != nil {
+			addr = a.via.runnerAddr
+		}
+		r, err := connectRunnerAt(addr, pod, project)
 		a.runner = r
 		return err
 	}).Should(Succeed())

@@ -143,8 +143,10 @@ type managerUnderTest struct {
 	runnerAddr, webhookAddr string
 	// name, when set, is the field manager of the manager's writes (managedFields show who wrote).
 	name string
-	// leaseNamespace, when set, runs the manager under leader election with a Lease there.
+	// leaseNamespace, when set, runs the manager under leader election with a Lease there;
+	// leaseName names it (default shepherd-test).
 	leaseNamespace string
+	leaseName      string
 	// tlsNamespace, when set, serves the runner channel over TLS with the manager's own CA, kept
 	// in that namespace (the manager's own, in a cluster).
 	tlsNamespace string
@@ -196,7 +198,7 @@ func (m *managerUnderTest) start() {
 	if m.leaseNamespace != "" {
 		// A short lease, released on stop, so that a standby takes over within a second or two.
 		lease, renew, retry := 4*time.Second, 3*time.Second, 200*time.Millisecond
-		opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = true, "shepherd-test", m.leaseNamespace
+		opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = true, m.lease().Name, m.leaseNamespace
 		opts.LeaderElectionReleaseOnCancel = true
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &lease, &renew, &retry
 		labels, err := controller.LeaderLabels("127.0.0.1", portOf(m.runnerAddr), portOf(m.webhookAddr))
@@ -256,7 +258,11 @@ func (m *managerUnderTest) lease() types.NamespacedName {
 	if m.leaseNamespace == "" {
 		return types.NamespacedName{}
 	}
-	return types.NamespacedName{Namespace: m.leaseNamespace, Name: "shepherd-test"}
+	name := m.leaseName
+	if name == "" {
+		name = "shepherd-test"
+	}
+	return types.NamespacedName{Namespace: m.leaseNamespace, Name: name}
 }
 
 // portOf is the port of a host:port address (0 for "0").
