@@ -88,16 +88,16 @@ const (
 	// AgentGemini is Google's Gemini CLI.
 	AgentGemini AgentType = "gemini"
 	// AgentCustom runs a CLI Shepherd has no adapter for: spec.agent.image and
-	// spec.agent.custom say what to run and how it reports (docs/agents.md, "Bring your own").
+	// spec.agent.custom say what to run and how it reports (docs/adding-an-agent.md).
 	AgentCustom AgentType = "custom"
 )
 
 // CustomOutput is the format a custom agent's command prints.
-// +kubebuilder:validation:Enum=Shepherd;ClaudeCode;Codex;OpenCode
+// +kubebuilder:validation:Enum=Shepherd;ClaudeCode;Codex;OpenCode;Gemini
 type CustomOutput string
 
 const (
-	// CustomOutputShepherd is Shepherd's JSON-lines agent protocol (docs/agents.md).
+	// CustomOutputShepherd is Shepherd's JSON-lines agent protocol (docs/adding-an-agent.md).
 	CustomOutputShepherd CustomOutput = "Shepherd"
 	// CustomOutputClaudeCode is Claude Code's --output-format stream-json.
 	CustomOutputClaudeCode CustomOutput = "ClaudeCode"
@@ -105,6 +105,8 @@ const (
 	CustomOutputCodex CustomOutput = "Codex"
 	// CustomOutputOpenCode is opencode run --format json.
 	CustomOutputOpenCode CustomOutput = "OpenCode"
+	// CustomOutputGemini is gemini --output-format stream-json.
+	CustomOutputGemini CustomOutput = "Gemini"
 )
 
 // CustomAgentSpec is what a custom agent runs and how it reports.
@@ -122,8 +124,8 @@ type CustomAgentSpec struct {
 	Command []string `json:"command"`
 
 	// Output is the format the command prints on standard output: Shepherd (default, the
-	// JSON-lines protocol of docs/agents.md) or the output format of a CLI Shepherd drives
-	// (ClaudeCode, Codex, OpenCode), for a wrapper around one of them.
+	// JSON-lines protocol of docs/adding-an-agent.md) or the output format of a CLI Shepherd
+	// drives (ClaudeCode, Codex, OpenCode, Gemini), for a wrapper around one of them.
 	// +optional
 	// +kubebuilder:default=Shepherd
 	Output CustomOutput `json:"output,omitempty"`

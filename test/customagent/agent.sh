@@ -1,6 +1,6 @@
 #!/bin/sh
 # A team's own coding agent, as short as one can be: it speaks Shepherd's JSON-lines agent
-# protocol (docs/agents.md, "Bring your own agent") and stands in for a CLI Shepherd has no
+# protocol (docs/adding-an-agent.md, "Bring your own agent") and stands in for a CLI Shepherd has no
 # adapter for. Each turn it writes the prompt it received to a notes file (as data: nothing here
 # runs it) and commits it. The prompt arrives on stdin; SHEPHERD_* variables say the rest.
 set -eu

@@ -27,7 +27,7 @@
 //
 // A line that is not a JSON object is the agent's plain text. A turn ends with its result line
 // (error true for a failed turn) and the process's exit; usage lines add up unless they carry
-// "cumulative": true (the conversation's running totals). docs/agents.md has the whole contract.
+// "cumulative": true (the conversation's running totals). docs/adding-an-agent.md has the whole contract.
 package custom
 
 import (
@@ -126,8 +126,10 @@ func parserFor(out agentsv1alpha1.CustomOutput) (agent.Parser, error) {
 		typ = agentsv1alpha1.AgentCodex
 	case agentsv1alpha1.CustomOutputOpenCode:
 		typ = agentsv1alpha1.AgentOpenCode
+	case agentsv1alpha1.CustomOutputGemini:
+		typ = agentsv1alpha1.AgentGemini
 	default:
-		return nil, fmt.Errorf("agent.custom.output %q is not Shepherd, ClaudeCode, Codex or OpenCode", out)
+		return nil, fmt.Errorf("agent.custom.output %q is not Shepherd, ClaudeCode, Codex, OpenCode or Gemini", out)
 	}
 	a, err := agent.Get(typ)
 	if err != nil {
@@ -212,7 +214,7 @@ func (p *parser) Line(raw []byte) []agent.Event {
 		return []agent.Event{{Kind: agent.KindTurnResult, Text: clip.To(l.Text, 16384), IsError: l.Error}}
 	}
 	return []agent.Event{{Kind: agent.KindError, Malformed: true,
-		Text: fmt.Sprintf("custom agent: unknown line type %q (see docs/agents.md): %s", clip.To(l.Type, 64), clip.To(text, 200))}}
+		Text: fmt.Sprintf("custom agent: unknown line type %q (see docs/adding-an-agent.md): %s", clip.To(l.Type, 64), clip.To(text, 200))}}
 }
 
 // inputText is a tool call's input: a string as it is, anything else as its JSON.
@@ -230,5 +232,5 @@ func (p *parser) Finish() []agent.Event {
 		return nil
 	}
 	return []agent.Event{{Kind: agent.KindError, Malformed: true,
-		Text: fmt.Sprintf("custom agent: output ended after %d lines without a result line (see docs/agents.md)", p.lines)}}
+		Text: fmt.Sprintf("custom agent: output ended after %d lines without a result line (see docs/adding-an-agent.md)", p.lines)}}
 }

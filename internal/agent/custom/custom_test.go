@@ -1,6 +1,7 @@
 package custom_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/agent/agenttest"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/claudecode"
 	_ "github.com/shepherd-dev/shepherd/internal/agent/custom"
+	_ "github.com/shepherd-dev/shepherd/internal/agent/gemini"
 )
 
 func configured(t *testing.T, c *agent.Custom) agent.Agent {
@@ -132,5 +134,16 @@ func TestParseMistakes(t *testing.T) {
 	events := agent.ParseAll(a.NewParser(), strings.NewReader(`{"type":"result","text":"It failed: no tests.","error":true}`))
 	if r := agenttest.Kinds(events, agent.KindTurnResult); len(r) != 1 || !r[0].IsError {
 		t.Errorf("a failed turn: %+v", events)
+	}
+}
+
+func TestWrappedGemini(t *testing.T) {
+	a := configured(t, &agent.Custom{Command: []string{"wrap-gemini"}, Output: agentsv1alpha1.CustomOutputGemini})
+	gem, err := agent.Get(agentsv1alpha1.AgentGemini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%T", a.NewParser()) != fmt.Sprintf("%T", gem.NewParser()) {
+		t.Errorf("a Gemini wrapper is read with Gemini CLI's parser: %T", a.NewParser())
 	}
 }
