@@ -195,6 +195,15 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `spec.agent: Invalid value: agent.custom is for type custom only: remove it, or set type: custom`,
 		}),
+		Entry("a custom agent's unknown output format", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Agent = agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentCustom, Image: "team/agent:1",
+						Custom: &agentsv1alpha1.CustomAgentSpec{Command: []string{"/bin/agent"}, Output: "Morse"}}
+				}).Obj()
+			},
+			want: `[spec.agent.custom.output: Unsupported value: "Morse": supported values: "Shepherd", "ClaudeCode", "Codex", "OpenCode", "Gemini", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
 		Entry("a custom agent without a command", invalid{
 			obj: func(ns string) client.Object {
 				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
