@@ -252,3 +252,27 @@ func TestServedKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRoutineReady(t *testing.T) {
+	owned := &agentsv1alpha1.Worktree{}
+	owned.Status.Phase = agentsv1alpha1.WorktreeReady
+	yes := true
+	owned.OwnerReferences = []metav1.OwnerReference{{Kind: "AgentSession", Name: "s", Controller: &yes}}
+	shared := owned.DeepCopy()
+	shared.OwnerReferences = nil
+	for _, tc := range []struct {
+		name   string
+		wt     *agentsv1alpha1.Worktree
+		before agentsv1alpha1.WorktreePhase
+		want   bool
+	}{
+		{"a session's Worktree ready at first", owned, agentsv1alpha1.WorktreePending, true},
+		{"a session's Worktree ready at its first status", owned, "", true},
+		{"a restore is news", owned, agentsv1alpha1.WorktreeMissing, false},
+		{"a shared Worktree is news", shared, agentsv1alpha1.WorktreePending, false},
+	} {
+		if got := routineReady(tc.wt, tc.before); got != tc.want {
+			t.Errorf("%s: %v", tc.name, got)
+		}
+	}
+}

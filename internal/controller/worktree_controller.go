@@ -100,7 +100,9 @@ func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		}
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, wt.Status.Conditions, wt,
 			agentsv1alpha1.ConditionSetupSucceeded, agentsv1alpha1.ConditionDeletionBlocked)
-		emitPhaseEvent(r.Recorder, wt, string(orig.Status.Phase), string(wt.Status.Phase))
+		if !routineReady(wt, orig.Status.Phase) {
+			emitPhaseEvent(r.Recorder, wt, string(orig.Status.Phase), string(wt.Status.Phase))
+		}
 		if s.checkoutLost && r.Recorder != nil {
 			// Once: the status just written has observed the new checkout.
 			r.Recorder.Eventf(wt, nil, corev1.EventTypeWarning, agentsv1alpha1.ReasonCheckoutMissing, "Prepare", "%s", lostCheckoutMessage(orig, wt))
@@ -558,4 +560,15 @@ func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("worktree").
 		Complete(r)
+}
+
+// routineReady says a session's own Worktree became Ready for the first time: routine (the
+// session's events tell its start; a fan-out would write one more event per session for it).
+// A shared Worktree's, and a restore's (Missing → Ready), are still said.
+func routineReady(wt *agentsv1alpha1.Worktree, before agentsv1alpha1.WorktreePhase) bool {
+	if wt.Status.Phase != agentsv1alpha1.WorktreeReady || before != "" && before != agentsv1alpha1.WorktreePending {
+		return false
+	}
+	ref := metav1.GetControllerOf(wt)
+	return ref != nil && ref.Kind == "AgentSession"
 }

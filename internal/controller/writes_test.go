@@ -107,6 +107,6 @@ var _ = Describe("Stored writes per session", Serial, func() {
 		// Bounds as measured (docs/performance.md): a regression shows here, as a count.
 		Expect(writes).To(BeNumerically("<=", 10), "stored writes per session, events apart")
 		Expect(projectWrites).To(BeNumerically("<=", 1.5), "the Project's writes per session")
-		Expect(events).To(BeNumerically("<=", 3), "events per session")
+		Expect(events).To(BeNumerically("<=", 2), "events per session")
 	})
 })
