@@ -13,6 +13,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -38,7 +39,7 @@ func scheduledSessions(ctx context.Context, c *cluster) {
 		Scheduling: &nodev1.Scheduling{NodeSelector: map[string]string{"type": "kwok"}, Tolerations: []corev1.Toleration{kwokTaint}}}
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-agents-" + suffix}, Value: 1000}
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-block-" + suffix}, Provisioner: "kubernetes.io/no-provisioner",
-		VolumeBindingMode: ptrTo(storagev1.VolumeBindingImmediate)}
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate)}
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "e2e-block-" + suffix}, Spec: corev1.PersistentVolumeSpec{
 		StorageClassName: sc.Name, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
@@ -55,7 +56,7 @@ func scheduledSessions(ctx context.Context, c *cluster) {
 	p := newAgentProject(ctx, c, claudeCodeAgent, "e2e-scheduling-", func(s *agentsv1alpha1.ProjectSpec) {
 		s.Scheduling = &agentsv1alpha1.SchedulingSpec{NodeSelector: map[string]string{"type": "kwok"},
 			Tolerations: []corev1.Toleration{kwokTaint}, RuntimeClassName: rc.Name, PriorityClassName: pc.Name}
-		s.Workspace.Storage = &agentsv1alpha1.StorageSpec{StorageClassName: ptrTo(sc.Name), AccessMode: string(corev1.ReadWriteOnce)}
+		s.Workspace.Storage = &agentsv1alpha1.StorageSpec{StorageClassName: ptr.To(sc.Name), AccessMode: string(corev1.ReadWriteOnce)}
 	})
 	names := []string{"placed-1", "placed-2", "placed-3", "placed-4"}
 	for _, name := range names {
@@ -83,5 +84,3 @@ func scheduledSessions(ctx context.Context, c *cluster) {
 	}
 	fmt.Fprintf(GinkgoWriter, "the 4 sessions' pods on %v\n", nodes)
 }
-
-func ptrTo[T any](v T) *T { return &v }
