@@ -27,7 +27,7 @@ bench-session-start: ## Session start on the local cluster's node, 50k-file repo
 	go run ./hack/bench/sessionstart $(BENCH_SESSION_START_FLAGS)
 
 # FANOUT_FLAGS: e.g. --sessions=1000 for one size, --qps=100 --burst=200 for the manager's defaults.
-FANOUT_FLAGS ?= --sessions=1000,5000 --qps=1000 --burst=2000
+FANOUT_FLAGS ?= --sessions=1000,5000,10000 --qps=1000 --burst=2000 --timeout=45m
 
 .PHONY: bench-fanout
 bench-fanout: ## N AgentSessions at once on KWOK nodes (runners simulated) against N bare pods, same client settings (brings the cluster up with KWOK nodes, leaves it up).

@@ -200,6 +200,8 @@ func (r *AgentSessionReconciler) runCreateWorktree(ctx context.Context, s *sessi
 		return fmt.Errorf("create Worktree: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Created Worktree", "worktree", klog.KObj(wt), "branch", wt.Spec.Branch)
+	// The pod asked for in the same decision is made from it (the object, not its status).
+	s.worktree = wt
 	return nil
 }
 

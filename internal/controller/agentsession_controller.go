@@ -480,7 +480,7 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 		in.Workspace.Exists = s.wtFound
 		in.Workspace.Absent = s.worktree.Spec.State == agentsv1alpha1.WorktreeAbsent
 		in.Workspace.Phase = s.worktree.Status.Phase
-		if c := findCondition(s.worktree.Status.Conditions, agentsv1alpha1.ConditionReady); c != nil {
+		if c := findCondition(s.worktree.Status.Conditions, agentsv1alpha1.ConditionReady); c != nil && c.Message != checkoutPendingMessage {
 			in.Workspace.Message = c.Message
 		}
 	}

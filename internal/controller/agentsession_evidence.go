@@ -63,6 +63,7 @@ func podEvidence(pod *corev1.Pod, nodeLost bool, volumeHeld string) lifecycle.Po
 		switch {
 		case cs.State.Running != nil:
 			ev.ContainerRunning = true
+			ev.Started = cs.State.Running.StartedAt.Time
 		case cs.State.Waiting != nil:
 			if cs.State.Waiting.Reason == "PodInitializing" && ev.WaitingReason != "" {
 				// The agent waits for the init containers: what holds them up is the news.

@@ -39,6 +39,8 @@ func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, e
 	}
 	if s.pod != nil && s.pod.DeletionTimestamp.IsZero() {
 		st.PodName = s.pod.Name
+	} else if s.decision != nil && slices.ContainsFunc(s.decision.Actions, func(a lifecycle.Action) bool { return a.Type == lifecycle.ActionCreatePod }) {
+		st.PodName = agentPodName(s.sess.Name) // the action creates it right after this write
 	} else if s.decision != nil && (s.decision.Phase.IsTerminal()) {
 		st.PodName = ""
 	}
@@ -57,6 +59,11 @@ func (r *AgentSessionReconciler) setStatus(_ context.Context, s *sessionScope, e
 		// overrides the kstatus summary; the specific conditions keep what the engine said. The
 		// generation was not fully acted on: observedGeneration stays where it was.
 		st.ObservedGeneration = observed
+		if s.actionErr != nil && st.ObservedGeneration >= s.sess.Generation {
+			// The last write said this generation observed together with the creations it asked
+			// for (lifecycle: observedGeneration), and one of them failed: not observed after all.
+			st.ObservedGeneration = s.sess.Generation - 1
+		}
 		setKstatus(&st.Conditions, s.sess.Generation, err, false, "", "")
 		if st.Phase == "" {
 			st.Phase = agentsv1alpha1.PhaseQueued

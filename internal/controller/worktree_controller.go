@@ -94,6 +94,10 @@ func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 			return // released: the object is going away
 		}
 		setWorktreeStatus(wt, s, recErr)
+		if wait, quiet := quietStart(orig, wt, s, recErr, r.now()); quiet {
+			res = ctrl.Result{RequeueAfter: wait}
+			return
+		}
 		if err := patchStatus(ctx, r.Client, orig, wt); err != nil {
 			res, retErr = statusWriteFailed(recErr, err)
 			return
@@ -179,6 +183,40 @@ func (r *WorktreeReconciler) observe(ctx context.Context, s *worktreeScope) erro
 	s.live, s.liveAt = r.Reports.Worktree(s.wt.Namespace, s.wt.Name)
 	s.checkoutLost = checkoutLost(s.wt, s.result, s.hasRes)
 	return nil
+}
+
+// firstStatusWait is how long a session's new Worktree may go without a status while its
+// session's pod prepares it.
+const firstStatusWait = 30 * time.Second
+
+// quietStart reports whether the first status of a Worktree is not written yet, and when to look
+// again. A session's own Worktree, new, whose agent pod (made in the same step as the
+// Worktree) is preparing it or about to, has nothing to say before the prepare's result but "Pending,
+// preparing the checkout", which its session already says ("Waiting for the workspace"): its
+// first status is written with the result, or firstStatusWait after it was created, or as
+// soon as anything else is to be said (an error, a blocked deletion, another phase). In a
+// fan-out that is one stored write less per session (issue 23). A Worktree a user applies is
+// always written at once. Pure.
+func quietStart(orig, now *agentsv1alpha1.Worktree, s *worktreeScope, err error, at time.Time) (time.Duration, bool) {
+	if err != nil || orig.Status.Phase != "" || orig.Status.ObservedGeneration != 0 || now.Status.Phase != agentsv1alpha1.WorktreePending ||
+		now.Labels[agentsv1alpha1.LabelSession] == "" || !now.DeletionTimestamp.IsZero() || s.project == nil || s.blocked != "" ||
+		len(s.sessionPods) > 1 || s.wtPod != nil {
+		return 0, false
+	}
+	if c := findCondition(now.Status.Conditions, agentsv1alpha1.ConditionReady); c == nil || c.Message != checkoutPendingMessage {
+		return 0, false
+	}
+	for _, pod := range s.sessionPods {
+		if !pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+			return 0, false
+		}
+	}
+	// The Worktree's age: its pod is made right after it (the cache may not show it yet).
+	left := now.CreationTimestamp.Add(firstStatusWait).Sub(at)
+	if left <= 0 {
+		return 0, false
+	}
+	return left, true
 }
 
 // checkoutLost reports whether result, newer than what the status last observed, made the

@@ -39,9 +39,13 @@ func worktreePhase(wt *agentsv1alpha1.Worktree, s *worktreeScope) (agentsv1alpha
 		// stays on its volume; a volume that vanished is caught above.
 		return agentsv1alpha1.WorktreeReady, "checkout ready at " + shortSHA(wt.Status.Head)
 	default:
-		return agentsv1alpha1.WorktreePending, "preparing the checkout"
+		return agentsv1alpha1.WorktreePending, checkoutPendingMessage
 	}
 }
+
+// checkoutPendingMessage is a Worktree's word while its pod prepares it: routine, so its
+// session does not repeat it (that would be one more status write per session, issue 23).
+const checkoutPendingMessage = "preparing the checkout"
 
 // liveMissing: the freshest word on the checkout is a runner's report that it is gone.
 func (s *worktreeScope) liveMissing() bool {

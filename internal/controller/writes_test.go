@@ -105,7 +105,7 @@ var _ = Describe("Stored writes per session", Serial, func() {
 		}
 		GinkgoWriter.Printf("Shepherd's stored writes per session to Working: %.1f (and %.1f of its Project's), events %.1f\n", writes, projectWrites, events)
 		// Bounds as measured (docs/performance.md): a regression shows here, as a count.
-		Expect(writes).To(BeNumerically("<=", 10), "stored writes per session, events apart")
+		Expect(writes).To(BeNumerically("<=", 6), "stored writes per session, events apart")
 		Expect(projectWrites).To(BeNumerically("<=", 1.5), "the Project's writes per session")
 		Expect(events).To(BeNumerically("<=", 2), "events per session")
 	})

@@ -127,12 +127,15 @@ func (e *eval) after(t time.Time) {
 }
 
 // observedGeneration is the generation the decision fully describes: the input's, unless a
-// level action is still asked for (a Worktree or pod to create, a pod to delete): the objects
-// the spec calls for are not there yet, and a reader that waits for observedGeneration (kstatus,
-// `kubectl wait`) must not see the generation as done before they are.
+// level action that undoes something is still asked for (a pod to delete, a Worktree to
+// release, a pull request to close): a reader that waits for observedGeneration (kstatus,
+// `kubectl wait`) must not see a stop as done while its pod still runs. The creations (the
+// session's Worktree and pod, by their fixed names right after this write) do not hold it: the
+// status already says Spawning and Reconciling, which is the truth a reader needs, and holding it
+// would cost every new session one more status write once they exist (issue 23).
 func (e *eval) observedGeneration() int64 {
 	for _, a := range e.actions {
-		if a.Type.Level() {
+		if a.Type.Level() && a.Type != ActionCreatePod && a.Type != ActionCreateWorktree {
 			return e.prev.ObservedGeneration
 		}
 	}

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"slices"
 	"strconv"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -22,8 +23,12 @@ import (
 // for the current pod, the container's state goes with it).
 func (e *eval) podActions() {
 	p := e.in.Pod
+	// A session's own Worktree and its pod are asked for in one decision: the pod prepares the
+	// checkout itself (its prepare step), so it needs the Worktree object, not its status, and
+	// one status write then covers both creations (issue 23: writes per session). A pod whose
+	// Worktree went away is not live: it is deleted, and made again with the Worktree.
 	live := e.in.Spec.Admitted && e.desired() != agentsv1alpha1.SessionStopped && !e.phase.IsTerminal() &&
-		e.phase != agentsv1alpha1.PhaseQueued && e.in.Workspace.Exists
+		e.phase != agentsv1alpha1.PhaseQueued && (e.in.Workspace.Exists || !p.Exists && e.createsWorktree())
 	// An agent that never ran is needed whatever the phase: a session whose branch already has a
 	// pull request (found before its agent started) still runs its task.
 	neverRan := e.prev.StartTime == nil && !e.agent.live
@@ -74,6 +79,13 @@ func (e *eval) pullRequestActions() {
 	e.actions = append(e.actions, Action{Type: ActionOpenPullRequest, ID: "pr.open." + ask})
 }
 
+// createsWorktree: the session's own Worktree is missing and the session is to run.
+func (e *eval) createsWorktree() bool {
+	ws := e.in.Workspace
+	return ws.Own && !ws.Exists && e.in.Spec.Admitted && e.desired() != agentsv1alpha1.SessionStopped &&
+		!e.phase.IsTerminal() && e.phase != agentsv1alpha1.PhaseQueued
+}
+
 // messagesWaiting reports whether messages wait for the agent once the decision is applied.
 func (e *eval) messagesWaiting() bool {
 	if len(e.outbox) > 0 {
@@ -97,9 +109,13 @@ func (e *eval) messagesWaiting() bool {
 // Worktree named by spec.worktreeRef is the user's: never created nor released.
 func (e *eval) worktreeActions() {
 	ws := e.in.Workspace
-	if ws.Own && !ws.Exists && e.in.Spec.Admitted && e.desired() != agentsv1alpha1.SessionStopped &&
-		!e.phase.IsTerminal() && e.phase != agentsv1alpha1.PhaseQueued {
-		e.actions = append(e.actions, Action{Type: ActionCreateWorktree, ID: "worktree.create"})
+	if e.createsWorktree() {
+		// Before the pod's creation in the same decision: the pod names the Worktree.
+		at := slices.IndexFunc(e.actions, func(a Action) bool { return a.Type == ActionCreatePod })
+		if at < 0 {
+			at = len(e.actions)
+		}
+		e.actions = slices.Insert(e.actions, at, Action{Type: ActionCreateWorktree, ID: "worktree.create"})
 		return
 	}
 	if e.phase != agentsv1alpha1.PhaseMerged || !ws.RemoveAfterMerge || !ws.Own || !ws.Exists || ws.Absent ||

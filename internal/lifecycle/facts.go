@@ -291,6 +291,13 @@ func (e *eval) currentSignal() (string, string) {
 		return signalPod, e.podProblem()
 	}
 	if a.podRunning && !a.current {
+		// A runner reports as soon as its pod runs: its first grace slot is its time to, not a
+		// missing signal yet. (Counting it would write the grace into the status of nearly every
+		// new session, one write each, only to clear it a moment later: issue 23.)
+		if started := pod.Started; !started.IsZero() && e.now.Before(started.Add(e.graceSlot())) {
+			e.after(started.Add(e.graceSlot()))
+			return "", ""
+		}
 		return signalRunner, "no report from the runner of the current pod"
 	}
 	if n := e.in.Runner.PullRequestNumber; n > 0 && !e.pr.known {

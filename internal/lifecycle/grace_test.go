@@ -166,3 +166,25 @@ func TestStuckThresholdsAreConfigurable(t *testing.T) {
 	in.Runner.LastActivityTime = t0.Add(-2 * time.Minute)
 	g.Expect(Decide(in).Phase).To(Equal(agentsv1alpha1.PhaseStuck))
 }
+
+// A runner reports as soon as its pod runs: within one grace slot of its agent container's start
+// its silence is not a signal (no grace is written into the status of a session that is only
+// starting), and the decision is due again at the slot's end; after it, the grace starts.
+func TestARunnerHasOneSlotForItsFirstReport(t *testing.T) {
+	g := NewWithT(t)
+	in := from(agentsv1alpha1.PhaseSpawning)
+	in.Previous.StartTime = nil
+	in.Runner = RunnerEvidence{}
+	in.Pod.Started = t0.Add(-10 * time.Second)
+	d := Decide(in)
+	g.Expect(d.Grace).To(BeNil(), "no grace while the runner has its first slot")
+	g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseSpawning))
+	g.Expect(d.Reason).To(Equal(agentsv1alpha1.ReasonSpawning), d.Message)
+	slot := DefaultGracePeriod / time.Duration(DefaultGraceObservations)
+	g.Expect(d.RequeueAfter).To(Equal(slot-10*time.Second), "due again when the slot ends")
+
+	in.Now = in.Pod.Started.Add(slot)
+	d = Decide(in)
+	g.Expect(d.Grace).To(Equal(&agentsv1alpha1.GraceStatus{Signal: signalRunner, Since: mt(in.Now), Observations: 1}))
+	g.Expect(d.Reason).To(Equal(agentsv1alpha1.ReasonSignalGrace))
+}

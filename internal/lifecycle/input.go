@@ -129,6 +129,9 @@ type PodEvidence struct {
 	Restarts int32
 	// Created is the pod's creation time: activity.spawnDeadline counts from it.
 	Created time.Time
+	// Started is when the agent container started running (zero when it is not running): its
+	// runner's first report is not missed before one grace slot from then.
+	Started time.Time
 	// Unschedulable is the scheduler's message while it cannot place the pod (its PodScheduled
 	// condition is False with reason Unschedulable); empty otherwise.
 	Unschedulable string

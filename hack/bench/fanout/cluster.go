@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
@@ -214,6 +215,56 @@ func (c *cluster) deleteNamespace(ctx context.Context, name string) error {
 		return err
 	}
 	logf("namespace %s deleted in %s", name, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// dropNamespace deletes a benchmark namespace without its manager: it takes Shepherd's
+// finalizers off the Worktrees and the sessions (workers at a time, with the creating client's
+// settings), then deletes the namespace and waits until it is gone.
+func (c *cluster) dropNamespace(ctx context.Context, name string, workers int) error {
+	start := time.Now()
+	if err := c.cl.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{}); apierrors.IsNotFound(err) {
+		return nil
+	}
+	cl, err := c.creatingClient()
+	if err != nil {
+		return err
+	}
+	var objs []client.Object
+	var wts agentsv1alpha1.WorktreeList
+	if err := cl.List(ctx, &wts, client.InNamespace(name)); err != nil {
+		return err
+	}
+	for i := range wts.Items {
+		objs = append(objs, &wts.Items[i])
+	}
+	var sessions agentsv1alpha1.AgentSessionList
+	if err := cl.List(ctx, &sessions, client.InNamespace(name)); err != nil {
+		return err
+	}
+	for i := range sessions.Items {
+		objs = append(objs, &sessions.Items[i])
+	}
+	if _, err := createAll(ctx, workers, len(objs), func(ctx context.Context, i int) error {
+		o := objs[i]
+		if len(o.GetFinalizers()) == 0 {
+			return nil
+		}
+		patch := client.MergeFrom(o.DeepCopyObject().(client.Object))
+		o.SetFinalizers(nil)
+		return client.IgnoreNotFound(cl.Patch(ctx, o, patch))
+	}); err != nil {
+		return fmt.Errorf("drop the finalizers in %s: %w", name, err)
+	}
+	if err := c.cl.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete namespace %s: %w", name, err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(c.cl.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})), nil
+	}); err != nil {
+		return fmt.Errorf("namespace %s still terminating: %w", name, err)
+	}
+	logf("namespace %s deleted in %s (manager stopped, finalizers dropped)", name, time.Since(start).Round(time.Second))
 	return nil
 }
 

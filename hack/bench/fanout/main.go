@@ -52,7 +52,7 @@ type options struct {
 func parseFlags() (options, error) {
 	var o options
 	var sessions string
-	flag.StringVar(&sessions, "sessions", "1000,5000", "comma-separated N: the runs, in order")
+	flag.StringVar(&sessions, "sessions", "1000,5000,10000", "comma-separated N: the runs, in order")
 	flag.Float64Var(&o.qps, "qps", 100, "client QPS of the manager (--kube-api-qps) and of the benchmark's creating client")
 	flag.IntVar(&o.burst, "burst", 200, "client burst of the manager (--kube-api-burst) and of the creating client")
 	flag.Float64Var(&o.managerQPS, "manager-qps", 0, "the manager's --kube-api-qps when it should differ from --qps (0: the same)")

@@ -96,6 +96,24 @@ func writes(before, after requests) map[string]float64 {
 	return out
 }
 
+// shepherdStored splits the writes of a sessions run (writes' keys, "resource[/sub] VERB") as
+// the envtest "Stored writes per session" counts them: the session's own objects that Shepherd
+// writes (the session's status, its Worktree and the Worktree's status, its pod's creation), and
+// the events. The creating client's session, the scheduler's binding, KWOK's pod status, the
+// simulated kubelet's TokenRequest and the Project's amortized writes are left out.
+func shepherdStored(w map[string]float64) (own, events float64) {
+	for k, v := range w {
+		res, verb, _ := strings.Cut(k, " ")
+		switch {
+		case res == "events":
+			events += v
+		case res == "agentsessions/status", res == "worktrees", res == "worktrees/status", res == "pods" && verb == "POST":
+			own += v
+		}
+	}
+	return own, events
+}
+
 func total(m map[string]float64) float64 {
 	var t float64
 	for _, v := range m {

@@ -47,3 +47,13 @@ func TestPercentile(t *testing.T) {
 		t.Error("empty: 0")
 	}
 }
+
+func TestShepherdStored(t *testing.T) {
+	own, events := shepherdStored(map[string]float64{
+		"agentsessions POST": 10, "agentsessions/status PATCH": 20, "worktrees POST": 10, "worktrees/status PATCH": 10,
+		"pods POST": 10, "pods/binding POST": 10, "pods/status PATCH": 20, "serviceaccounts/token POST": 10, "events POST": 25, "events PATCH": 5,
+	})
+	if own != 50 || events != 30 {
+		t.Errorf("own %v events %v, want 50 and 30", own, events)
+	}
+}
