@@ -475,6 +475,8 @@ func startManager(ctx context.Context, o options, kubeconfig, ns string, n int) 
 		// Plain HTTP on loopback: the simulated runners are this process (KWOK pods run
 		// nothing to verify a certificate with); TLS's cost is not what this benchmark measures.
 		"--runner-bind-address="+managerRunner, "--runner-url=http://"+managerRunner, "--runner-tls=false", "--webhook-bind-address=0",
+		// KWOK pods run nothing: no egress proxy to point them at.
+		"--egress-proxy-url=none",
 		fmt.Sprintf("--kube-api-qps=%g", o.managerQPS), fmt.Sprintf("--kube-api-burst=%d", o.managerBurst),
 		fmt.Sprintf("--max-concurrent-reconciles=%d", o.reconciles),
 	)
