@@ -477,6 +477,8 @@ func startManager(ctx context.Context, o options, kubeconfig, ns string, n int) 
 		"--runner-bind-address="+managerRunner, "--runner-url=http://"+managerRunner, "--runner-tls=false", "--webhook-bind-address=0",
 		// KWOK pods run nothing: no egress proxy to point them at.
 		"--egress-proxy-url=none",
+		// The fake GitHub listens on loopback, which the manager's outbound guard refuses.
+		"--outbound-allow-cidrs=127.0.0.0/8",
 		fmt.Sprintf("--kube-api-qps=%g", o.managerQPS), fmt.Sprintf("--kube-api-burst=%d", o.managerBurst),
 		fmt.Sprintf("--max-concurrent-reconciles=%d", o.reconciles),
 	)
