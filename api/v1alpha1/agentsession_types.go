@@ -86,6 +86,41 @@ type AgentSessionSpec struct {
 	// +optional
 	// +kubebuilder:default=Keep
 	OnDelete SessionDeletePolicy `json:"onDelete,omitempty"`
+
+	// PullRequest shapes the pull request the agent opens.
+	// +optional
+	PullRequest *SessionPullRequest `json:"pullRequest,omitempty"`
+
+	// SupersededBy is set by an AgentTask on the attempts it did not choose (docs/best-of-n.md):
+	// the session stops its agent, closes its open pull request once with a comment linking the
+	// chosen one, releases its own Worktree (the branch stays) and ends Done with reason
+	// Superseded. Once set it cannot change.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self == oldSelf`,message="spec.supersededBy cannot change once set"
+	SupersededBy *Supersession `json:"supersededBy,omitempty"`
+}
+
+// SessionPullRequest shapes a session's pull request.
+type SessionPullRequest struct {
+	// Draft opens the pull request as a draft (GitHub's draft flag; Gitea's "WIP: " title
+	// prefix). Set back to false, a draft the session opened is marked ready for review, once.
+	// Unset: the forge's default, and a draft is never changed.
+	// +optional
+	Draft *bool `json:"draft,omitempty"`
+}
+
+// Supersession names the attempt chosen over this one.
+type Supersession struct {
+	// Session is the chosen attempt's AgentSession.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Session string `json:"session"`
+	// PullRequestURL is the chosen attempt's pull request, linked from the comment that closes
+	// this session's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	PullRequestURL string `json:"pullRequestURL,omitempty"`
 }
 
 // SessionDeletePolicy says what deleting a session does to its open pull request.
@@ -328,6 +363,11 @@ type PullRequestStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	MergeCommitSHA string `json:"mergeCommitSHA,omitempty"`
+	// Additions and Deletions are the pull request's changed lines, as the forge counts them.
+	// +optional
+	Additions int32 `json:"additions,omitempty"`
+	// +optional
+	Deletions int32 `json:"deletions,omitempty"`
 	// LastChangeTime is when a fact above last changed on the forge as Shepherd saw it. It does not
 	// move on every poll, so that an unchanged pull request costs no status write; freshness is
 	// in the shepherd_scm_poller_max_age_seconds metric.

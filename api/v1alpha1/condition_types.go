@@ -191,11 +191,19 @@ const (
 	ReasonMergeBlocked      = "MergeBlocked"
 	// ReasonMergeUnstable: the forge would merge, but a check it does not require is failing or
 	// pending (GitHub's UNSTABLE); Shepherd merges only when every check is green.
-	ReasonMergeUnstable      = "MergeUnstable"
-	ReasonMergeStateUnknown  = "MergeStateUnknown"
-	ReasonEscalated          = "Escalated"
-	ReasonSessionStopped     = "SessionStopped"
-	ReasonSessionDone        = "SessionDone"
+	ReasonMergeUnstable     = "MergeUnstable"
+	ReasonMergeStateUnknown = "MergeStateUnknown"
+	ReasonEscalated         = "Escalated"
+	ReasonSessionStopped    = "SessionStopped"
+	ReasonSessionDone       = "SessionDone"
+	// ReasonSuperseded: an AgentTask chose another attempt (spec.supersededBy).
+	ReasonSuperseded = "Superseded"
+	// AgentTask reasons (docs/best-of-n.md).
+	ReasonAttemptsRunning    = "AttemptsRunning"
+	ReasonAttemptChosen      = "AttemptChosen"
+	ReasonWaitingForPick     = "WaitingForPick"
+	ReasonNoAttemptToChoose  = "NoAttemptToChoose"
+	ReasonAttemptLost        = "AttemptLost"
 	ReasonSessionErrored     = "SessionErrored"
 	ReasonNothingNeedsAction = "NothingNeedsAction"
 )
@@ -236,6 +244,8 @@ const (
 	LabelProject = "agents.shepherd.dev/project"
 	// LabelSession carries the AgentSession name on its children.
 	LabelSession = "agents.shepherd.dev/session"
+	// LabelTask carries the AgentTask name on its attempts (AgentSessions).
+	LabelTask = "agents.shepherd.dev/task"
 	// LabelWorktree carries the Worktree name on its children.
 	LabelWorktree = "agents.shepherd.dev/worktree"
 	// LabelComponent says what a child is: agent, mirror, checkout.

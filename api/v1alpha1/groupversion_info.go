@@ -1,4 +1,4 @@
-// Package v1alpha1 contains the Shepherd API: Project, Worktree and AgentSession.
+// Package v1alpha1 contains the Shepherd API: Project, Worktree, AgentSession, BudgetPolicy and AgentTask.
 //
 // The package depends only on k8s.io/apimachinery so that clients can import it without pulling
 // in controller-runtime (enforced by depguard in .golangci.yml).
@@ -30,6 +30,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&Worktree{}, &WorktreeList{},
 		&AgentSession{}, &AgentSessionList{},
 		&BudgetPolicy{}, &BudgetPolicyList{},
+		&AgentTask{}, &AgentTaskList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -80,6 +80,12 @@ type ProjectSpec struct {
 	// +optional
 	Feedback *FeedbackSpec `json:"feedback,omitempty"`
 
+	// Selection is the default of the Project's AgentTasks' spec.selection (docs/best-of-n.md):
+	// the policy and the Score weights.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`!has(self.pick)`,message="spec.selection.pick belongs on an AgentTask, not a Project"
+	Selection *SelectionSpec `json:"selection,omitempty"`
+
 	// Budget caps what the Project's sessions may spend per day and per month (docs/cost.md).
 	// Spend is what the model proxy metered at the price table's prices: sessions without a
 	// model proxy are not counted.

@@ -63,6 +63,7 @@ func (r *AgentSessionReconciler) actionTable() map[lifecycle.ActionType]actionRu
 		lifecycle.ActionDeletePod:        r.runDeletePod,
 		lifecycle.ActionReleaseWorktree:  r.runReleaseWorktree,
 		lifecycle.ActionClosePullRequest: r.runClosePullRequest,
+		lifecycle.ActionMarkReady:        r.runMarkReady,
 	}
 }
 
@@ -160,6 +161,8 @@ func (r *AgentSessionReconciler) openPullRequest(ctx context.Context, s *session
 	defer cancel()
 	pr, err := s.forge.Conn.Provider.CreatePullRequest(cctx, s.forge.Repo, scm.NewPullRequest{
 		Head: scm.Head{Branch: req.Branch}, Base: req.Base, Title: req.Title, Body: req.Body,
+		// An AgentTask's attempts open drafts until one is chosen (spec.pullRequest.draft).
+		Draft: s.sess.Spec.PullRequest != nil && s.sess.Spec.PullRequest.Draft != nil && *s.sess.Spec.PullRequest.Draft,
 	})
 	if err != nil {
 		if errors.Is(err, scm.ErrInvalid) {
@@ -170,6 +173,30 @@ func (r *AgentSessionReconciler) openPullRequest(ctx context.Context, s *session
 	r.Hub.Observed(s.key, pr)
 	ctrl.LoggerFrom(ctx).Info("Pull request open", "number", pr.Number, "url", pr.URL)
 	return &runnerapi.PullRequestResult{Number: int64(pr.Number), URL: pr.URL, Created: s.sess.Status.PullRequest == nil}, nil
+}
+
+// runMarkReady takes the session's draft out of draft (an AgentTask chose it); the answer is
+// handed to the Poller as its observation, so the next decision asks nothing.
+func (r *AgentSessionReconciler) runMarkReady(ctx context.Context, s *sessionScope, a lifecycle.Action) error {
+	if s.forge == nil {
+		return fmt.Errorf("mark pull request #%d ready: the forge is not connected: %w", a.PullRequestNumber, s.forgeErr)
+	}
+	n := int(a.PullRequestNumber)
+	cctx, cancel := context.WithTimeout(ctx, forgeCallTimeout)
+	defer cancel()
+	if err := s.forge.Conn.Provider.MarkReadyForReview(cctx, s.forge.Repo, n); err != nil {
+		return fmt.Errorf("mark pull request #%d ready: %w", n, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Pull request marked ready for review", "number", n)
+	if obs, ok := r.Hub.Get(s.key); ok && obs.PullRequest != nil && obs.PullRequest.Number == n {
+		pr := *obs.PullRequest
+		pr.Draft = false
+		if pr.MergeState == scm.MergeStateDraft {
+			pr.MergeState = scm.MergeStateUnknown
+		}
+		r.Hub.Observed(s.key, &pr)
+	}
+	return nil
 }
 
 // runCreateWorktree creates the session's own Worktree, by its deterministic name, owned by the

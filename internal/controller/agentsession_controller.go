@@ -468,6 +468,12 @@ func (r *AgentSessionReconciler) decide(_ context.Context, s *sessionScope) erro
 	in.Spec.MaxDuration, in.Spec.MaxTurns, in.Spec.MaxCostUSD, in.Spec.MaxRepeatedFailures, in.Spec.MaxUnchangedTurns = sessionLimits(s.project, s.sess)
 	in.Spec.Deleting = !s.sess.DeletionTimestamp.IsZero()
 	in.Spec.ClosePullRequestOnDelete = s.sess.Spec.OnDelete == agentsv1alpha1.DeleteClosePullRequest
+	if pr := s.sess.Spec.PullRequest; pr != nil {
+		in.Spec.Draft = pr.Draft
+	}
+	if by := s.sess.Spec.SupersededBy; by != nil {
+		in.Spec.SupersededBy, in.Spec.SupersededURL = by.Session, by.PullRequestURL
+	}
 	if stopsOnIssueClosed(s.project) && s.sess.Spec.Issue != "" {
 		in.Issue = r.Issues.evidence(client.ObjectKeyFromObject(s.sess))
 	}

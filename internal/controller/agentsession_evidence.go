@@ -152,6 +152,8 @@ func pullRequestEvidence(obs scm.Observation, found bool) lifecycle.PullRequestE
 		Title:          pr.Title,
 		State:          agentsv1alpha1.PullRequestState(pr.State),
 		Draft:          pr.Draft,
+		Additions:      int32(min(max(pr.Additions, 0), 1<<30)),
+		Deletions:      int32(min(max(pr.Deletions, 0), 1<<30)),
 		HeadSHA:        pr.HeadSHA,
 		HeadBranch:     pr.Head.Branch,
 		BaseBranch:     pr.BaseRef,

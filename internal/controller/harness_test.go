@@ -42,6 +42,7 @@ func newWorld() *world {
 
 func (w *world) cleanup() {
 	opts := []client.DeleteAllOfOption{client.InNamespace(w.ns)}
+	Expect(client.IgnoreNotFound(k8sClient.DeleteAllOf(ctx, &agentsv1alpha1.AgentTask{}, opts...))).To(Succeed())
 	Expect(client.IgnoreNotFound(k8sClient.DeleteAllOf(ctx, &agentsv1alpha1.AgentSession{}, opts...))).To(Succeed())
 	Expect(client.IgnoreNotFound(k8sClient.DeleteAllOf(ctx, &agentsv1alpha1.Worktree{}, opts...))).To(Succeed())
 	var wts agentsv1alpha1.WorktreeList

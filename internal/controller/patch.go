@@ -75,6 +75,8 @@ func statusOf(o client.Object) any {
 		return v.Status
 	case *agentsv1alpha1.BudgetPolicy:
 		return v.Status
+	case *agentsv1alpha1.AgentTask:
+		return v.Status
 	}
 	return o
 }

@@ -121,6 +121,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Deps, error) {
 	if err := (&BudgetPolicyReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the BudgetPolicy controller: %w", err)
 	}
+	if err := (&AgentTaskReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the AgentTask controller: %w", err)
+	}
 	worktreeEvents := make(chan event.GenericEvent, 256)
 	deps.Reports.OnWorktreeChange = func(key types.NamespacedName) {
 		send(worktreeEvents, &agentsv1alpha1.Worktree{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
@@ -493,7 +496,7 @@ func (s *httpServer) Start(ctx context.Context) error {
 // release that adds a kind (BudgetPolicy) needs its CRD applied first, which `helm upgrade` does
 // not do. Without this the manager would wait for a cache that never syncs and say less.
 func servedKinds(mapper meta.RESTMapper) error {
-	for _, kind := range []string{"Project", "Worktree", "AgentSession", "BudgetPolicy"} {
+	for _, kind := range []string{"Project", "Worktree", "AgentSession", "BudgetPolicy", "AgentTask"} {
 		gk := schema.GroupKind{Group: agentsv1alpha1.GroupVersion.Group, Kind: kind}
 		if _, err := mapper.RESTMapping(gk, agentsv1alpha1.GroupVersion.Version); err != nil {
 			return fmt.Errorf("the API server does not serve %s (%w): apply this release's CRDs first "+

@@ -221,6 +221,11 @@ func (e *eval) decidePhase() {
 		// Read from the pull request itself; it ends the session from any phase, even a
 		// terminal one, because it is the outcome the session exists for.
 		e.set(agentsv1alpha1.PhaseMerged, agentsv1alpha1.ReasonPullRequestMerged, "Pull request "+e.pr.ref()+" was merged")
+	case e.in.Spec.SupersededBy != "":
+		// An AgentTask chose another attempt: this one is over (its pull request is closed by
+		// pullRequestActions, its Worktree released by worktreeActions).
+		e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonSuperseded, withDetail("Another attempt of the task was chosen: "+
+			clip.Marked(e.in.Spec.SupersededBy, 63, truncated), clip.Marked(e.in.Spec.SupersededURL, 2048, truncated)))
 	case e.desired() == agentsv1alpha1.SessionStopped:
 		e.set(agentsv1alpha1.PhaseStopped, agentsv1alpha1.ReasonSessionStopped, "The session's state is Stopped; the worktree and the conversation are kept")
 	case prev == agentsv1alpha1.PhaseDone || prev == agentsv1alpha1.PhaseErrored:

@@ -110,17 +110,21 @@ const (
 	// session being deleted with spec.onDelete ClosePullRequest, while the forge shows it open.
 	// Fields: ID, PullRequestNumber, Text.
 	ActionClosePullRequest ActionType = "ClosePullRequest"
+	// ActionMarkReady marks pull request PullRequestNumber ready for review: the session's
+	// spec.pullRequest.draft went false while the draft it opened is open (an AgentTask chose
+	// it). Fields: ID, PullRequestNumber.
+	ActionMarkReady ActionType = "MarkReady"
 )
 
 // ActionTypes lists every action type, in the order docs/architecture.md lists them.
-var ActionTypes = []ActionType{ActionMerge, ActionOpenPullRequest, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreateWorktree, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree, ActionClosePullRequest}
+var ActionTypes = []ActionType{ActionMerge, ActionOpenPullRequest, ActionSendToAgent, ActionNotify, ActionEscalate, ActionCreateWorktree, ActionCreatePod, ActionDeletePod, ActionReleaseWorktree, ActionClosePullRequest, ActionMarkReady}
 
 // Level reports whether an action follows the state of the world rather than an event: it is
 // asked for in every decision while the evidence calls for it (a pod that should exist and does
 // not), and made safe to repeat by the API server (a deterministic name, a UID precondition, a
 // state to set), not by a key in status.
 func (t ActionType) Level() bool {
-	return t == ActionCreateWorktree || t == ActionCreatePod || t == ActionDeletePod || t == ActionReleaseWorktree || t == ActionClosePullRequest
+	return t == ActionCreateWorktree || t == ActionCreatePod || t == ActionDeletePod || t == ActionReleaseWorktree || t == ActionClosePullRequest || t == ActionMarkReady
 }
 
 // Action is one thing the controller must do. Only the fields its Type lists are set.

@@ -72,6 +72,22 @@ func (e *eval) pullRequestActions() {
 		}
 		return
 	}
+	if by := e.in.Spec.SupersededBy; by != "" {
+		// Once, on a fresh read (as for a deletion above); the agent's own request is not run.
+		if e.pr.fresh && e.pr.state == agentsv1alpha1.PullRequestOpen {
+			text := "Closed by Shepherd: the AgentTask chose another attempt, " + by
+			if u := e.in.Spec.SupersededURL; u != "" {
+				text += " (" + u + ")"
+			}
+			e.actions = append(e.actions, Action{Type: ActionClosePullRequest, ID: "pr.close." + strconv.FormatInt(e.pr.number, 10),
+				PullRequestNumber: e.pr.number, Text: text + ". This attempt's branch is kept."})
+		}
+		return
+	}
+	if d := e.in.Spec.Draft; d != nil && !*d && e.pr.fresh && e.pr.state == agentsv1alpha1.PullRequestOpen && e.pr.draft && !e.phase.IsTerminal() {
+		// Chosen: the draft this session opened goes up for review (and on to merge).
+		e.actions = append(e.actions, Action{Type: ActionMarkReady, ID: "pr.ready." + strconv.FormatInt(e.pr.number, 10), PullRequestNumber: e.pr.number})
+	}
 	ask := e.in.Runner.PullRequestAsk
 	if ask == "" || e.phase.IsTerminal() || e.desired() == agentsv1alpha1.SessionStopped {
 		return
@@ -104,7 +120,8 @@ func (e *eval) messagesWaiting() bool {
 }
 
 // worktreeActions creates the session's own Worktree once the session is admitted to run, and
-// applies the Project's cleanup policy once the pull request merged: the session's own Worktree
+// releases it when an AgentTask superseded the session, or by the Project's cleanup policy once
+// the pull request merged: the session's own Worktree
 // is set Absent (its checkout goes, the record and branch stay), after the agent pod is gone. A
 // Worktree named by spec.worktreeRef is the user's: never created nor released.
 func (e *eval) worktreeActions() {
@@ -118,7 +135,8 @@ func (e *eval) worktreeActions() {
 		e.actions = slices.Insert(e.actions, at, Action{Type: ActionCreateWorktree, ID: "worktree.create"})
 		return
 	}
-	if e.phase != agentsv1alpha1.PhaseMerged || !ws.RemoveAfterMerge || !ws.Own || !ws.Exists || ws.Absent ||
+	superseded := e.in.Spec.SupersededBy != "" && e.phase == agentsv1alpha1.PhaseDone
+	if !superseded && (e.phase != agentsv1alpha1.PhaseMerged || !ws.RemoveAfterMerge) || !ws.Own || !ws.Exists || ws.Absent ||
 		e.in.Pod.Exists && !e.in.Pod.Deleting {
 		return
 	}

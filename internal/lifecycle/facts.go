@@ -115,6 +115,8 @@ func (e *eval) pullRequestStatus(ev PullRequestEvidence, state agentsv1alpha1.Pu
 		ReviewDecision: ev.ReviewDecision,
 		MergeState:     ev.MergeState,
 		MergeCommitSHA: clip.Marked(ev.MergeCommitSHA, 64, truncated),
+		Additions:      ev.Additions,
+		Deletions:      ev.Deletions,
 	}
 	st.UnresolvedThreads = int32(min(len(ev.Threads), 1<<30))
 	for i, c := range ev.Checks.FailedChecks {

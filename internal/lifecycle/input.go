@@ -64,6 +64,12 @@ type SpecEvidence struct {
 	Deleting bool
 	// ClosePullRequestOnDelete is spec.onDelete ClosePullRequest.
 	ClosePullRequestOnDelete bool
+	// Draft is spec.pullRequest.draft: nil is the forge's default; false marks a draft the
+	// session opened ready for review.
+	Draft *bool
+	// SupersededBy is spec.supersededBy.session: an AgentTask chose that attempt; this one ends,
+	// closing its pull request with a comment that links SupersededURL.
+	SupersededBy, SupersededURL string
 }
 
 // WorkspaceEvidence is the session's Worktree.
@@ -204,6 +210,8 @@ type PullRequestEvidence struct {
 	HeadSHA    string
 	HeadBranch string
 	BaseBranch string
+	// Additions and Deletions are the changed lines (an AgentTask's Score weighs them).
+	Additions, Deletions int32
 	// MergeState as the forge reports it (GitHub's mergeStateStatus; conflicts are Dirty).
 	MergeState     agentsv1alpha1.MergeState
 	ReviewDecision agentsv1alpha1.ReviewDecision

@@ -38,6 +38,9 @@ type PullRequestWriter interface {
 	MergePullRequest(ctx context.Context, repo Repo, number int, opts MergeOptions) (MergeResult, error)
 	Comment(ctx context.Context, repo Repo, number int, body string) error
 	ClosePullRequest(ctx context.Context, repo Repo, number int) error
+	// MarkReadyForReview takes an open draft out of draft (GitHub's draft flag, Gitea's WIP
+	// title prefix); anything else is left as it is.
+	MarkReadyForReview(ctx context.Context, repo Repo, number int) error
 }
 
 // CredentialIssuer hands out git credentials for the runner.

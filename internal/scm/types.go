@@ -309,13 +309,16 @@ func (c Checks) Summary() string {
 
 // PullRequest is a forge's pull request as Shepherd needs it.
 type PullRequest struct {
-	Repo      Repo
-	Number    int
-	URL       string
-	Title     string
-	Body      string
-	State     PullRequestState
-	Draft     bool
+	Repo   Repo
+	Number int
+	URL    string
+	Title  string
+	Body   string
+	State  PullRequestState
+	Draft  bool
+	// Additions and Deletions are the changed lines, as the forge counts them.
+	Additions int
+	Deletions int
 	Head      Head
 	HeadSHA   string
 	BaseRef   string

@@ -86,6 +86,8 @@ type Stats struct {
 	// GraphQLQueries and GraphQLPoints count queries and their cost.
 	GraphQLQueries int
 	GraphQLPoints  int
+	// GraphQLMutations counts mutations (markPullRequestReadyForReview).
+	GraphQLMutations int
 	// PrimaryRefused and SecondaryRefused count requests refused by a rate limit.
 	PrimaryRefused   int
 	SecondaryRefused int
@@ -296,6 +298,9 @@ type pull struct {
 	// seenMergeable is the (base, head) pair mergeability was last reported for, for
 	// MergeableUnknownFirst.
 	seenMergeable string
+	// diff is the changed lines of the (base, head) pair diffPair.
+	diffPair string
+	diff     diffStat
 }
 
 type review struct {

@@ -447,3 +447,36 @@ func (r *Repo) sortedPulls() []*pull {
 	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
 	return out
 }
+
+// diffStat is a pull request's changed lines and files, as GitHub counts them: the diff of its
+// head against the merge base with its base branch.
+type diffStat struct{ additions, deletions, files int }
+
+// diffStat computes p's diffStat with git (kept until its base or head moves).
+func (s *Server) diffStat(base *Repo, p *pull) diffStat {
+	baseSHA := base.refs[p.BaseRef]
+	pair := baseSHA + " " + p.HeadSHA
+	if p.diffPair == pair {
+		return p.diff
+	}
+	var st diffStat
+	if baseSHA != "" && p.HeadSHA != "" {
+		out, err := git(s.gitDir(base), nil, nil, "diff", "--numstat", baseSHA+"..."+p.HeadSHA)
+		if err == nil {
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				f := strings.Fields(line)
+				if len(f) < 3 {
+					continue
+				}
+				st.files++
+				var a, d int
+				_, _ = fmt.Sscan(f[0], &a) // "-" for a binary file counts 0
+				_, _ = fmt.Sscan(f[1], &d)
+				st.additions += a
+				st.deletions += d
+			}
+		}
+	}
+	p.diffPair, p.diff = pair, st
+	return st
+}

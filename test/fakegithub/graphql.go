@@ -165,8 +165,8 @@ func (s *Server) serveGraphQL(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"errors": out})
 		return
 	}
-	if len(doc.Operations) != 1 || doc.Operations[0].Operation != ast.Query {
-		writeJSON(w, http.StatusOK, map[string]any{"errors": []gqlErr{{Message: "the fake serves exactly one query operation"}}})
+	if len(doc.Operations) != 1 || doc.Operations[0].Operation != ast.Query && doc.Operations[0].Operation != ast.Mutation {
+		writeJSON(w, http.StatusOK, map[string]any{"errors": []gqlErr{{Message: "the fake serves exactly one query or mutation operation"}}})
 		return
 	}
 	op := doc.Operations[0]
@@ -202,7 +202,15 @@ func (s *Server) serveGraphQL(w http.ResponseWriter, r *http.Request) {
 	s.stats.GraphQLQueries++
 	s.stats.GraphQLPoints += cost
 	ex := &executor{s: s, vars: vars, id: id, cost: cost, nodes: nodes}
-	data := ex.selectionSet(op.SelectionSet, "Query", queryRoot{}, nil)
+	var data map[string]any
+	if op.Operation == ast.Mutation {
+		// GitHub counts a mutation as 5 points against the secondary limit, 1 against the
+		// primary; the fake charges the primary only.
+		data = ex.selectionSet(op.SelectionSet, "Mutation", mutationRoot{}, nil)
+		s.stats.GraphQLMutations++
+	} else {
+		data = ex.selectionSet(op.SelectionSet, "Query", queryRoot{}, nil)
+	}
 	s.setRateHeaders(w.Header(), id, "graphql")
 	s.mu.Unlock()
 	out := map[string]any{"data": data}
@@ -210,6 +218,7 @@ func (s *Server) serveGraphQL(w http.ResponseWriter, r *http.Request) {
 		out["errors"] = ex.errs
 	}
 	writeJSON(w, http.StatusOK, out)
+	s.deliver(ex.hooks)
 }
 
 // executor resolves a validated query against the fake's state (under its lock).
@@ -219,6 +228,8 @@ type executor struct {
 	id          *identity
 	cost, nodes int
 	errs        []gqlErr
+	// hooks are the webhook deliveries a mutation causes, sent after the answer.
+	hooks []hook
 	// merge holds each pull request's mergeable and mergeStateStatus as this query first read
 	// them: one query is one read, so with MergeableUnknownFirst both fields say UNKNOWN in the
 	// query that starts the computation (as on GitHub), not UNKNOWN and then the value.
@@ -437,6 +448,13 @@ func (e *executor) resolve(typ string, obj any, f *ast.Field) (any, *gqlErr) {
 	s := e.s
 	args := f.ArgumentMap(e.vars)
 	switch o := obj.(type) {
+	case mutationRoot:
+		return e.mutate(f, args)
+	case readyPayload:
+		if f.Name == "pullRequest" {
+			return o.pr, nil
+		}
+		return o.clientID, nil
 	case queryRoot:
 		switch f.Name {
 		case "rateLimit":
@@ -768,9 +786,42 @@ func (e *executor) resolve(typ string, obj any, f *ast.Field) (any, *gqlErr) {
 	return nil, &gqlErr{Message: fmt.Sprintf("the fake does not serve %s.%s", typ, f.Name)}
 }
 
+// mutationRoot is the Mutation type's object.
+type mutationRoot struct{}
+
+// readyPayload is markPullRequestReadyForReview's answer.
+type readyPayload struct {
+	clientID any
+	pr       *prView
+}
+
+// mutate runs a mutation field, as GitHub documents it.
+func (e *executor) mutate(f *ast.Field, args map[string]any) (any, *gqlErr) {
+	switch f.Name {
+	case "markPullRequestReadyForReview":
+		in, _ := args["input"].(map[string]any)
+		pv, ok := e.node(fmt.Sprint(in["pullRequestId"])).(*prView)
+		if !ok {
+			return nil, notFoundErr(fmt.Sprintf("Could not resolve to a node with the global id of '%v'", in["pullRequestId"]))
+		}
+		if pv.p.State != "open" {
+			return nil, &gqlErr{Type: "UNPROCESSABLE", Message: "Pull request is closed"}
+		}
+		if pv.p.Draft {
+			pv.p.Draft, pv.p.UpdatedAt = false, e.s.now()
+			e.hooks = append(e.hooks, e.s.pullHook(pv.base, pv.p, "ready_for_review"))
+		}
+		return readyPayload{clientID: in["clientMutationId"], pr: pv}, nil
+	}
+	return nil, &gqlErr{Message: "the fake does not serve mutation " + f.Name}
+}
+
 func (e *executor) resolvePR(o *prView, f *ast.Field, args map[string]any) (any, *gqlErr) {
 	s, p, base := e.s, o.p, o.base
 	switch f.Name {
+	case "additions", "deletions", "changedFiles":
+		st := s.diffStat(base, p)
+		return map[string]int{"additions": st.additions, "deletions": st.deletions, "changedFiles": st.files}[f.Name], nil
 	case "id":
 		return p.NodeID, nil
 	case "databaseId":

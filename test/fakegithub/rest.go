@@ -465,6 +465,8 @@ func (s *Server) pullJSONAs(base *Repo, p *pull, full, peek bool) map[string]any
 			out["mergeable"] = nil
 		}
 		out["mergeable_state"] = strings.ToLower(st)
+		d := s.diffStat(base, p)
+		out["additions"], out["deletions"], out["changed_files"] = d.additions, d.deletions, d.files
 		out["comments"] = len(p.Comments)
 		out["review_comments"] = 0
 		for _, t := range p.Threads {

@@ -184,6 +184,15 @@ func TestDraftIsAWorkInProgressTitle(t *testing.T) {
 	g.Expect(upd.Draft).To(BeTrue())
 	_, err = e.p.MergePullRequest(ctx, e.repo, pr.Number, scm.MergeOptions{ExpectedHeadSHA: got.HeadSHA})
 	g.Expect(errors.Is(err, scm.ErrNotMergeable)).To(BeTrue(), "%v", err)
+	g.Expect(got.Additions).To(Equal(1), "Gitea counts the changed lines")
+
+	// Chosen (best of N): the WIP prefix goes, and with it the draft; twice is fine.
+	g.Expect(e.p.MarkReadyForReview(ctx, e.repo, pr.Number)).To(Succeed())
+	g.Expect(e.p.MarkReadyForReview(ctx, e.repo, pr.Number)).To(Succeed())
+	ready := e.get(pr.Number)
+	g.Expect(ready.Draft).To(BeFalse())
+	g.Expect(ready.Title).To(Equal("Still half done"))
+	g.Expect(errors.Is(e.p.MarkReadyForReview(ctx, e.repo, 999), scm.ErrNotFound)).To(BeTrue())
 }
 
 func TestChecksRollupFromCommitStatuses(t *testing.T) {

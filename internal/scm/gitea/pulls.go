@@ -125,6 +125,29 @@ func (p *Provider) UpdatePullRequest(ctx context.Context, repo scm.Repo, number 
 	return convertPull(repo, &g, p.cfg.Clock.Now()), nil
 }
 
+// MarkReadyForReview takes the pull request out of draft: Gitea has no draft flag, so its title
+// loses the WIP prefix that makes it one. A pull request that is not an open draft is left as
+// it is.
+func (p *Provider) MarkReadyForReview(ctx context.Context, repo scm.Repo, number int) error {
+	cur, err := p.getPull(ctx, repo, number)
+	if err != nil {
+		return fmt.Errorf("mark %s#%d ready: %w", repo, number, err)
+	}
+	if cur == nil {
+		return fmt.Errorf("mark %s#%d ready: %w", repo, number, scm.ErrNotFound)
+	}
+	prefix := wipPrefix(cur.Title)
+	if !cur.Draft || cur.State != "open" || prefix == "" {
+		return nil
+	}
+	title := strings.TrimSpace(cur.Title[len(prefix):])
+	if err := p.Send(Op(ctx, "pulls.update"), http.MethodPatch, fmt.Sprintf("%s/pulls/%d", repoPath(repo), number),
+		map[string]any{"title": title}, nil, scm.ErrNotFound); err != nil {
+		return fmt.Errorf("mark %s#%d ready: %w", repo, number, err)
+	}
+	return nil
+}
+
 // Comment adds a comment to the pull request's conversation.
 func (p *Provider) Comment(ctx context.Context, repo scm.Repo, number int, body string) error {
 	err := p.Send(Op(ctx, "issues.comment"), http.MethodPost, fmt.Sprintf("%s/issues/%d/comments", repoPath(repo), number),

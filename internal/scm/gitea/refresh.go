@@ -347,6 +347,8 @@ func convertPull(repo scm.Repo, g *apiPull, fetched time.Time) *scm.PullRequest 
 		Title:          g.Title,
 		Body:           g.Body,
 		Draft:          g.Draft,
+		Additions:      g.Additions,
+		Deletions:      g.Deletions,
 		Head:           scm.Head{Owner: headOwner(g), Branch: headBranch(g)},
 		FetchedAt:      fetched,
 		ReviewDecision: scm.ReviewNone,

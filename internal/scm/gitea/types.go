@@ -38,6 +38,8 @@ type apiPull struct {
 	Body           string         `json:"body"`
 	State          string         `json:"state"`
 	Draft          bool           `json:"draft"`
+	Additions      int            `json:"additions"`
+	Deletions      int            `json:"deletions"`
 	Mergeable      bool           `json:"mergeable"`
 	Merged         bool           `json:"merged"`
 	MergedCommitID *string        `json:"merge_commit_sha"`

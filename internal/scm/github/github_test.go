@@ -986,3 +986,22 @@ func TestConversationCommentsAndReviewBodies(t *testing.T) {
 	g.Expect(long.Body).To(HaveSuffix(scm.ClippedMark))
 	g.Expect(long.Association).To(Equal(scm.AssociationNone))
 }
+
+// A draft goes up for review through GitHub's GraphQL mutation (REST cannot); the fake answers
+// as GitHub documents it and sends the ready_for_review webhook. Changed lines are read too.
+func TestMarkReadyForReview(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	pr := e.open(t, "attempt", true)
+	got := e.get(t, pr.Number)
+	g.Expect(got.Draft).To(BeTrue())
+	g.Expect(got.MergeState).To(Equal(scm.MergeStateDraft))
+	g.Expect(got.Additions).To(Equal(1), "one line added on the branch")
+	g.Expect(got.Deletions).To(BeZero())
+	g.Expect(e.p.MarkReadyForReview(ctx, e.repo, pr.Number)).To(Succeed())
+	g.Expect(e.get(t, pr.Number).Draft).To(BeFalse())
+	g.Expect(e.fake.Stats().GraphQLMutations).To(Equal(1))
+	g.Expect(e.p.MarkReadyForReview(ctx, e.repo, pr.Number)).To(Succeed(), "not a draft: nothing to do")
+	g.Expect(e.fake.Stats().GraphQLMutations).To(Equal(1), "and no mutation sent")
+	g.Expect(errors.Is(e.p.MarkReadyForReview(ctx, e.repo, 99), scm.ErrNotFound)).To(BeTrue())
+}

@@ -18,7 +18,7 @@ import (
 // minimum of one point however many pull requests it names. The head's check rollup is read
 // through headRef (an object) rather than commits(last: 1) (a connection) for that reason.
 const probeFragment = `fragment probe on PullRequest {
-  id number url title state isDraft merged updatedAt
+  id number url title state isDraft merged updatedAt additions deletions
   headRefName headRefOid baseRefName
   headRepositoryOwner { login }
   mergeable mergeStateStatus reviewDecision
@@ -155,6 +155,8 @@ type gqlPR struct {
 	State               string    `json:"state"`
 	IsDraft             bool      `json:"isDraft"`
 	Merged              bool      `json:"merged"`
+	Additions           int       `json:"additions"`
+	Deletions           int       `json:"deletions"`
 	UpdatedAt           time.Time `json:"updatedAt"`
 	HeadRefName         string    `json:"headRefName"`
 	HeadRefOid          string    `json:"headRefOid"`
@@ -653,6 +655,8 @@ func (p *Provider) convert(repo scm.Repo, g *gqlPR, full bool, fetched time.Time
 		Title:      g.Title,
 		State:      convertState(g.State, g.Merged),
 		Draft:      g.IsDraft,
+		Additions:  g.Additions,
+		Deletions:  g.Deletions,
 		Head:       scm.Head{Owner: ownerLogin(g.HeadRepositoryOwner), Branch: g.HeadRefName},
 		HeadSHA:    g.HeadRefOid,
 		BaseRef:    g.BaseRefName,

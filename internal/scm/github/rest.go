@@ -210,6 +210,40 @@ func (p *Provider) ClosePullRequest(ctx context.Context, repo scm.Repo, number i
 	return nil
 }
 
+// markReadyMutation is GitHub's way to take a pull request out of draft: REST cannot.
+const markReadyMutation = `mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } } }`
+
+// MarkReadyForReview takes the pull request out of draft (the GraphQL mutation
+// markPullRequestReadyForReview, by the pull request's node id read over REST). A pull request
+// that is not an open draft is left as it is.
+func (p *Provider) MarkReadyForReview(ctx context.Context, repo scm.Repo, number int) error {
+	g, _, err := p.rest.PullRequests.Get(withOp(ctx, "pulls.get"), repo.Owner, repo.Name, number)
+	if err != nil {
+		return fmt.Errorf("mark %s#%d ready: %w", repo, number, restError(err, scm.ErrNotFound))
+	}
+	if !g.GetDraft() || g.GetState() != "open" {
+		return nil
+	}
+	var data struct {
+		Mark *struct {
+			PullRequest struct {
+				IsDraft bool `json:"isDraft"`
+			} `json:"pullRequest"`
+		} `json:"markPullRequestReadyForReview"`
+	}
+	errs, err := p.GraphQL(ctx, "pulls.ready", markReadyMutation, map[string]any{"id": g.GetNodeID()}, 1, &data)
+	if err != nil {
+		return fmt.Errorf("mark %s#%d ready: %w", repo, number, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("mark %s#%d ready: %s: %w", repo, number, errs[0].Message, scm.ErrInvalid)
+	}
+	if data.Mark == nil || data.Mark.PullRequest.IsDraft {
+		return fmt.Errorf("mark %s#%d ready: GitHub answered without taking it out of draft", repo, number)
+	}
+	return nil
+}
+
 // getREST reads one pull request over REST (ETag-revalidated).
 func (p *Provider) getREST(ctx context.Context, repo scm.Repo, number int) (*scm.PullRequest, error) {
 	pr, _, err := p.rest.PullRequests.Get(withOp(ctx, "pulls.get"), repo.Owner, repo.Name, number)
@@ -235,6 +269,8 @@ func ConvertREST(repo scm.Repo, g *gh.PullRequest, fetched time.Time) *scm.PullR
 		Title:     g.GetTitle(),
 		Body:      g.GetBody(),
 		Draft:     g.GetDraft(),
+		Additions: g.GetAdditions(),
+		Deletions: g.GetDeletions(),
 		HeadSHA:   g.GetHead().GetSHA(),
 		BaseRef:   g.GetBase().GetRef(),
 		UpdatedAt: g.GetUpdatedAt().Time,
