@@ -32,6 +32,8 @@ import (
 // once and release their Worktrees). Every write to an attempt follows the task's status write
 // that records the choice, so a restart repeats only idempotent patches.
 //
+// The dashboard's pick writes spec.selection.pick for a user it authorised to patch the task:
+// +kubebuilder:rbac:groups=agents.shepherd.dev,resources=agenttasks,verbs=patch
 // +kubebuilder:rbac:groups=agents.shepherd.dev,resources=agenttasks/finalizers,verbs=update
 type AgentTaskReconciler struct {
 	*Deps

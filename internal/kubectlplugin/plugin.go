@@ -126,7 +126,7 @@ Writes are server-side applies by the field manager "` + FieldManager + `".`,
 	flags.StringVar(&o.Loading.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file.")
 	clientcmd.BindOverrideFlags(o.Overrides, flags, clientcmd.RecommendedConfigOverrideFlags(""))
 	root.AddCommand(newGet(o), newDescribe(o), newLogs(o), newDashboard(o), newSend(o), newAnswer(o), newApprove(o),
-		newSetState(o, "stop", agentsv1alpha1.SessionStopped), newSetState(o, "restore", agentsv1alpha1.SessionRunning), newSpawn(o), newBatch(o),
+		newSetState(o, "stop", agentsv1alpha1.SessionStopped), newSetState(o, "restore", agentsv1alpha1.SessionRunning), newSpawn(o), newBatch(o), newPick(o),
 		&cobra.Command{Use: "version", Short: "Print the plugin's version", Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(o.Streams.Out, Version)
 			return err

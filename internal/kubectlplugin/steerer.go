@@ -10,7 +10,7 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 )
 
-// Steerer makes the plugin's writes (send, answer, approve, stop, restore) for the dashboard,
+// Steerer makes the plugin's writes (send, answer, approve, stop, restore, pick) for the dashboard,
 // with the same checks and server-side applies, as the field manager DashboardFieldManager. The
 // caller has authorised the user (a SubjectAccessReview for patch on the session); the writes
 // are made with the clients given, the manager's.
@@ -40,4 +40,10 @@ func (s *Steerer) Approve(ctx context.Context, ns, name, head string) (string, e
 // SetState stops or restores the session.
 func (s *Steerer) SetState(ctx context.Context, ns, name string, state agentsv1alpha1.SessionState) (string, error) {
 	return s.env(ns).setState(ctx, name, state, false)
+}
+
+// Pick chooses attempt for the AgentTask task (spec.selection.pick). The caller has authorised
+// patch on the task.
+func (s *Steerer) Pick(ctx context.Context, ns, task, attempt string) (string, error) {
+	return s.env(ns).Pick(ctx, task, attempt, false)
 }

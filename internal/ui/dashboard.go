@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
 	"github.com/shepherd-dev/shepherd/internal/transcript"
@@ -238,12 +240,16 @@ type sessionView struct {
 	Summary, Branch, Activity, Message           string
 	HeadSHA, ChecksSummary, Usage                string
 	CanSteer, Stopped, CanApprove                bool
-	Entries                                      []transcript.Entry
-	Dropped                                      bool
-	Last                                         uint64
-	Reactions                                    []agentsv1alpha1.ReactionStatus
-	Conditions                                   []condition
-	Messages                                     []agentsv1alpha1.Message
+	// Task is the AgentTask the session is an attempt of; CanPick when it may be picked now
+	// (the task has not chosen, the attempt has a pull request).
+	Task       string
+	CanPick    bool
+	Entries    []transcript.Entry
+	Dropped    bool
+	Last       uint64
+	Reactions  []agentsv1alpha1.ReactionStatus
+	Conditions []condition
+	Messages   []agentsv1alpha1.Message
 }
 
 type condition struct{ Type, Status, Reason, Message string }
@@ -269,6 +275,10 @@ func (s *Server) sessionPage(w http.ResponseWriter, r *http.Request, u user.Info
 	v.Stream = SessionPath(sess.Namespace, sess.Name) + "/transcript"
 	if len(es) > 0 {
 		v.Last = es[len(es)-1].Seq
+	}
+	if v.Task = taskOf(sess); v.Task != "" && canSteer && sess.Status.PullRequest != nil && sess.Spec.SupersededBy == nil &&
+		(sess.Spec.PullRequest == nil || sess.Spec.PullRequest.Draft == nil || *sess.Spec.PullRequest.Draft) {
+		v.CanPick, _ = s.may(r.Context(), u, "patch", "agenttasks", sess.Namespace, v.Task)
 	}
 	if canSteer {
 		v.CSRF = s.csrf(u, sess.Namespace, sess.Name)
@@ -339,6 +349,26 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, u user.Info) {
 		msg, err = s.o.Steer.SetState(ctx, sess.Namespace, sess.Name, agentsv1alpha1.SessionStopped)
 	case "restore":
 		msg, err = s.o.Steer.SetState(ctx, sess.Namespace, sess.Name, agentsv1alpha1.SessionRunning)
+	case "pick":
+		// The session is an attempt of an AgentTask: picking it writes the task, so the user
+		// needs patch on the task too (not only on this session).
+		task := taskOf(sess)
+		if task == "" {
+			status(w, http.StatusBadRequest, "BadRequest", "session "+sess.Name+" is not an attempt of an AgentTask")
+			return
+		}
+		ok, aerr := s.may(ctx, u, "patch", "agenttasks", sess.Namespace, task)
+		if aerr != nil {
+			s.o.Log.Error(aerr, "Authorize UI request", "user", u.GetName())
+			status(w, http.StatusInternalServerError, "InternalError", "authorization failed")
+			return
+		}
+		if !ok {
+			status(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("%s may not patch agenttasks.%s %q in namespace %q",
+				u.GetName(), agentsv1alpha1.GroupVersion.Group, task, sess.Namespace))
+			return
+		}
+		msg, err = s.o.Steer.Pick(ctx, sess.Namespace, task, sess.Name)
 	default:
 		status(w, http.StatusNotFound, "NotFound", "no action "+action)
 		return
@@ -359,6 +389,14 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, u user.Info) {
 	s.o.Log.Info("Dashboard action", "user", u.GetName(), "session", sess.Namespace+"/"+sess.Name, "action", action)
 	res.Done = msg
 	s.render(w, http.StatusOK, "result.html", res)
+}
+
+// taskOf is the AgentTask a session is an attempt of (its controller), or "".
+func taskOf(sess *agentsv1alpha1.AgentSession) string {
+	if ref := metav1.GetControllerOf(sess); ref != nil && ref.Kind == "AgentTask" && ref.APIVersion == agentsv1alpha1.GroupVersion.String() {
+		return ref.Name
+	}
+	return ""
 }
 
 // resultPage is the answer to a form.

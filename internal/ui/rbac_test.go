@@ -32,3 +32,14 @@ var _ = Describe("The shipped roles and BudgetPolicies", func() {
 		Expect(allowed("viewer", "create", "budgetpolicies")).To(BeFalse())
 	})
 })
+
+var _ = Describe("The shipped roles and AgentTasks", func() {
+	It("let editors write tasks (and pick an attempt), viewers only read them", func() {
+		for _, verb := range []string{"create", "patch", "delete"} {
+			Expect(allowed("alice", verb, "agenttasks")).To(BeTrue(), "an editor can %s a task", verb)
+			Expect(allowed("viewer", verb, "agenttasks")).To(BeFalse(), "a viewer cannot %s a task", verb)
+		}
+		Expect(allowed("viewer", "list", "agenttasks")).To(BeTrue())
+		Expect(allowed("alice", "patch", "agenttasks/status")).To(BeFalse(), "the status is the manager's")
+	})
+})

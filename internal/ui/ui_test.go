@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,9 +18,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/kubectlplugin"
@@ -264,3 +267,86 @@ var _ = Describe("kubectl shepherd dashboard's local proxy", func() {
 		Expect(resp.StatusCode).To(Equal(http.StatusNotFound))
 	})
 })
+
+var _ = Describe("Picking an AgentTask's attempt", func() {
+	// An AgentTask of team-a with two attempts, as the manager would have made them: fix-1 with a
+	// pull request, fix-2 still without one.
+	seed := func(task string) {
+		ctx := context.Background()
+		t := &agentsv1alpha1.AgentTask{ObjectMeta: metav1.ObjectMeta{Name: task, Namespace: "team-a"}, Spec: agentsv1alpha1.AgentTaskSpec{
+			ProjectRef: agentsv1alpha1.LocalObjectReference{Name: "widgets"}, Prompt: "Fix it", Attempts: ptr.To(int32(2)),
+			Selection: &agentsv1alpha1.SelectionSpec{Policy: agentsv1alpha1.SelectHuman}}}
+		Expect(adm.Create(ctx, t)).To(Succeed())
+		t.Status.Attempts = []agentsv1alpha1.AttemptStatus{{Name: task + "-1", PullRequest: 7}, {Name: task + "-2"}}
+		Expect(adm.Status().Update(ctx, t)).To(Succeed())
+		for i, pr := range []int64{7, 0} {
+			s := &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", task, i+1), Namespace: "team-a",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: agentsv1alpha1.GroupVersion.String(), Kind: "AgentTask", Name: task, UID: t.UID, Controller: ptr.To(true)}}},
+				Spec: agentsv1alpha1.AgentSessionSpec{ProjectRef: agentsv1alpha1.LocalObjectReference{Name: "widgets"}, Prompt: "Fix it",
+					PullRequest: &agentsv1alpha1.SessionPullRequest{Draft: ptr.To(true)}}}
+			Expect(adm.Create(ctx, s)).To(Succeed())
+			s.Status = agentsv1alpha1.AgentSessionStatus{Phase: agentsv1alpha1.PhaseWorking}
+			if pr > 0 {
+				s.Status.Phase = agentsv1alpha1.PhasePROpen
+				s.Status.PullRequest = &agentsv1alpha1.PullRequestStatus{Number: pr, State: agentsv1alpha1.PullRequestOpen, Draft: true}
+			}
+			Expect(adm.Status().Update(ctx, s)).To(Succeed())
+		}
+	}
+	pick := func(task string) string {
+		t := &agentsv1alpha1.AgentTask{}
+		Expect(adm.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: task}, t)).To(Succeed())
+		return t.Spec.Selection.Pick
+	}
+
+	It("lets alice pick from the attempt's page, and not a viewer", func() {
+		seed("pickme")
+		code, body := get("viewer", sessionPage("team-a", "pickme-1"))
+		Expect(code).To(Equal(http.StatusOK))
+		Expect(body).NotTo(ContainSubstring(`id="pick"`))
+		code, body = get("alice", sessionPage("team-a", "pickme-2"))
+		Expect(code).To(Equal(http.StatusOK))
+		Expect(body).NotTo(ContainSubstring(`id="pick"`), "no pull request yet: nothing to pick")
+		code, body = get("alice", sessionPage("team-a", "pickme-1"))
+		Expect(code).To(Equal(http.StatusOK), body)
+		Expect(body).To(ContainSubstring(`id="pick"`))
+		m := csrfRE.FindStringSubmatch(body)
+		Expect(m).To(HaveLen(2))
+
+		code, page := post("viewer", steer("team-a", "pickme-1"), url.Values{"action": {"pick"}, "csrf": {m[1]}})
+		Expect(code).To(Equal(http.StatusForbidden), page)
+		Expect(pick("pickme")).To(BeEmpty())
+
+		code, page = post("alice", steer("team-a", "pickme-1"), url.Values{"action": {"pick"}, "csrf": {m[1]}})
+		Expect(code).To(Equal(http.StatusOK), page)
+		Expect(page).To(ContainSubstring("picked pickme-1"))
+		Expect(pick("pickme")).To(Equal("pickme-1"))
+
+		code, page = post("alice", steer("team-a", "widgets-42"), url.Values{"action": {"pick"}, "csrf": {csrfRE.FindStringSubmatch(mustGet("alice", sessionPage("team-a", "widgets-42")))[1]}})
+		Expect(code).To(Equal(http.StatusBadRequest), "a session of no task: %s", page)
+	})
+
+	It("lets alice pick with kubectl shepherd pick, by name or number, and says what it refuses", func() {
+		seed("bynumber")
+		out, err := plugin("alice", "-n", "team-a", "pick", "bynumber", "2")
+		Expect(err).To(HaveOccurred())
+		Expect(out + err.Error()).To(ContainSubstring("attempt bynumber-2 has no pull request yet"))
+		out, err = plugin("alice", "-n", "team-a", "pick", "bynumber", "widgets-42")
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("is not an attempt of task bynumber (its attempts: bynumber-1, bynumber-2)"))
+		out, err = plugin("viewer", "-n", "team-a", "pick", "bynumber", "1")
+		Expect(err).To(HaveOccurred(), out)
+		Expect(pick("bynumber")).To(BeEmpty())
+
+		out, err = plugin("alice", "-n", "team-a", "pick", "bynumber", "1")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("picked bynumber-1"))
+		Expect(pick("bynumber")).To(Equal("bynumber-1"))
+	})
+})
+
+func mustGet(user, path string) string {
+	code, body := get(user, path)
+	Expect(code).To(Equal(http.StatusOK), body)
+	return body
+}

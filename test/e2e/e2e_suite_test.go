@@ -129,4 +129,5 @@ var crdNames = []schema.GroupResource{
 	{Group: agentsv1alpha1.GroupVersion.Group, Resource: "worktrees"},
 	{Group: agentsv1alpha1.GroupVersion.Group, Resource: "agentsessions"},
 	{Group: agentsv1alpha1.GroupVersion.Group, Resource: "budgetpolicies"},
+	{Group: agentsv1alpha1.GroupVersion.Group, Resource: "agenttasks"},
 }

@@ -128,7 +128,7 @@ func startCluster(ctx context.Context, o options, nodes int) (*cluster, error) {
 	}
 	if err := command(ctx, 2*time.Minute, c.kubectl, "--kubeconfig", c.kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/projects.agents.shepherd.dev", "crd/worktrees.agents.shepherd.dev", "crd/agentsessions.agents.shepherd.dev",
-		"crd/budgetpolicies.agents.shepherd.dev"); err != nil {
+		"crd/budgetpolicies.agents.shepherd.dev", "crd/agenttasks.agents.shepherd.dev"); err != nil {
 		return nil, err
 	}
 	if err := c.stopInClusterManager(ctx); err != nil {

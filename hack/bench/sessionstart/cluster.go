@@ -139,7 +139,7 @@ func (b *bench) setUp(ctx context.Context) error {
 	}
 	if _, err := b.kubectl(ctx, out, "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/projects.agents.shepherd.dev", "crd/worktrees.agents.shepherd.dev", "crd/agentsessions.agents.shepherd.dev",
-		"crd/budgetpolicies.agents.shepherd.dev"); err != nil {
+		"crd/budgetpolicies.agents.shepherd.dev", "crd/agenttasks.agents.shepherd.dev"); err != nil {
 		return err
 	}
 	want, err := imageID(filepath.Join(b.o.repo, "bin", "images", "shepherd-manager_latest.tar"), managerImage)
