@@ -171,6 +171,7 @@ func init() {
 type options struct {
 	metricsAddr     string
 	probeAddr       string
+	pprofAddr       string
 	leaderElect     bool
 	leaderElectID   string
 	leaderElectNS   string
@@ -213,6 +214,7 @@ type options struct {
 func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address Go's /debug/pprof handlers bind to, for profiling (\"\" or \"0\": off). Unauthenticated: bind it to loopback.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderElectID, "leader-election-id", "shepherd-manager.agents.shepherd.dev", "Name of the Lease used for leader election.")
 	fs.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the manager's own namespace.")
@@ -384,6 +386,7 @@ func run(o options) error {
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        o.leaderElectID,
 		LeaderElectionNamespace: o.leaderElectNS,

@@ -33,7 +33,7 @@ var Scripts embed.FS
 const Group = "agents.shepherd.dev"
 
 // Kinds are the kinds with a health check.
-var Kinds = []string{"AgentSession", "BudgetPolicy", "Project", "Worktree"}
+var Kinds = []string{"AgentSession", "AgentTask", "BudgetPolicy", "Project", "Worktree"}
 
 // Health statuses Argo CD knows (a script returning any other is Unknown).
 const (

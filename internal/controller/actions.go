@@ -236,6 +236,9 @@ func (r *AgentSessionReconciler) runCreatePod(ctx context.Context, s *sessionSco
 	if s.project == nil || s.worktree == nil {
 		return nil
 	}
+	if c := r.podsCreated.get(s.key); c.uid != "" && r.now().Sub(c.at) < podExpectation {
+		return nil // made a moment ago; the cache has not shown it yet
+	}
 	vol := worktreeVolume(s.project.Name, s.worktree, worktreeMode(s.worktree, s.project))
 	pod, err := r.agentPod(s.sess, s.project, s.worktree, vol, s.agent)
 	if err != nil {
@@ -250,6 +253,7 @@ func (r *AgentSessionReconciler) runCreatePod(ctx context.Context, s *sessionSco
 		}
 		return fmt.Errorf("create agent pod: %w", err)
 	}
+	r.podsCreated.set(s.key, podCreation{uid: string(pod.UID), at: r.now()})
 	ctrl.LoggerFrom(ctx).Info("Created agent pod", "pod", klog.KObj(pod), "image", pod.Spec.Containers[0].Image)
 	return nil
 }

@@ -52,7 +52,22 @@ type AgentSessionReconciler struct {
 	merges perSession[lifecycle.MergeEvidence]
 	// actionErrs is the last failed level action per session, said in the next status.
 	actionErrs perSession[error]
+	// podsCreated are the agent pods this manager created and its cache has not shown yet, by
+	// session: when (the expectations of the ReplicaSet controller). A reconcile that runs before
+	// the pod's watch event (its Worktree's event comes first) would otherwise ask the API server
+	// to create it again and be refused: about half a request per session in a fan-out.
+	podsCreated perSession[podCreation]
 }
+
+// podCreation is one pod this manager created: its UID and when.
+type podCreation struct {
+	uid string
+	at  time.Time
+}
+
+// podExpectation is how long a created pod the cache does not show is taken as being on its
+// way; after it, the create is asked again (and refused if the pod is there after all).
+const podExpectation = 30 * time.Second
 
 // sessionScope is what one session reconcile observed and decided.
 type sessionScope struct {
@@ -99,6 +114,7 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.Reports.Forget(req.NamespacedName)
 			r.merges.forget(req.NamespacedName)
 			r.actionErrs.forget(req.NamespacedName)
+			r.podsCreated.forget(req.NamespacedName)
 			if r.Deliveries != nil {
 				r.Deliveries.forget(req.NamespacedName)
 			}
@@ -438,6 +454,7 @@ func (r *AgentSessionReconciler) observePod(ctx context.Context, s *sessionScope
 	if err != nil {
 		return fmt.Errorf("get agent pod: %w", err)
 	}
+	r.podsCreated.forget(s.key) // seen: no expectation left
 	if !metav1.IsControlledBy(pod, s.sess) {
 		return Stalling(agentsv1alpha1.ReasonInvalidSpec, "pod %s exists and is not this session's: delete or rename it", pod.Name)
 	}

@@ -72,8 +72,13 @@ func (r *AgentTaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}
 	out := taskStatus(task, project, owned)
-	setKstatus(&task.Status.Conditions, task.Generation, recErr, out.ready, out.reason, out.message)
-	if observedBy(recErr) {
+	kerr := recErr
+	if kerr == nil && task.Status.Phase == agentsv1alpha1.TaskFailed {
+		// Nothing more happens without a person: kstatus Stalled (Argo CD Degraded, Flux Failed).
+		kerr = Stalling(out.reason, "%s", out.message)
+	}
+	setKstatus(&task.Status.Conditions, task.Generation, kerr, out.ready, out.reason, out.message)
+	if observedBy(kerr) {
 		task.Status.ObservedGeneration = task.Generation
 	}
 	if err := patchStatus(ctx, r.Client, orig, task); err != nil {
@@ -85,6 +90,13 @@ func (r *AgentTaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	emitPhaseEvent(r.Recorder, task, string(orig.Status.Phase), string(task.Status.Phase))
 	if recErr != nil {
 		return finish(ctx, r.Recorder, task, orig.Status.Conditions, task.Status.Conditions, recErr, 0)
+	}
+	if kerr != nil {
+		// Failed: the attempts may still need their writes (a cap's stops); then said once.
+		if err := r.apply(ctx, task, owned, out); err != nil {
+			return ctrl.Result{}, err
+		}
+		return finish(ctx, r.Recorder, task, orig.Status.Conditions, task.Status.Conditions, kerr, 0)
 	}
 	// After the write: create the attempts it lists, then apply the choice or the cap.
 	if err := r.apply(ctx, task, owned, out); err != nil {

@@ -575,6 +575,11 @@ func mergeAgent(base agentsv1alpha1.AgentSpec, o *agentsv1alpha1.AgentSpec) agen
 	if o.Resources != nil {
 		out.Resources = o.Resources.DeepCopy()
 	}
+	if o.ModelAPI != nil {
+		// Whole: another API (an AgentTask's Codex attempt in a Claude Code Project) comes with
+		// its own URL and key.
+		out.ModelAPI = o.ModelAPI.DeepCopy()
+	}
 	return out
 }
 

@@ -489,6 +489,15 @@ func TestMergeAgent(t *testing.T) {
 				w.Type, w.Image, w.Model = agentsv1alpha1.AgentCodex, "", ""
 				return w
 			}()},
+		{"a model API of its own, whole (another agent, another API)",
+			&agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentCodex, ModelAPI: &agentsv1alpha1.ModelAPISpec{API: agentsv1alpha1.ModelAPIOpenAI,
+				KeySecretRef: &agentsv1alpha1.SecretKeyRef{Name: "openai", Key: "key"}}},
+			func() agentsv1alpha1.AgentSpec {
+				w := *base.DeepCopy()
+				w.Type, w.Image, w.Model = agentsv1alpha1.AgentCodex, "", ""
+				w.ModelAPI = &agentsv1alpha1.ModelAPISpec{API: agentsv1alpha1.ModelAPIOpenAI, KeySecretRef: &agentsv1alpha1.SecretKeyRef{Name: "openai", Key: "key"}}
+				return w
+			}()},
 		{"field by field",
 			&agentsv1alpha1.AgentSpec{
 				Type: agentsv1alpha1.AgentClaudeCode, Model: "opus", PermissionMode: agentsv1alpha1.PermissionReadOnly,

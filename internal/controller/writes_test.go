@@ -16,7 +16,11 @@ import (
 
 // apiWrites reads the API server's own request counter (apiserver_request_total) and returns
 // its successful writes (POST, PUT, PATCH, DELETE with a 2xx code) by resource[/subresource].
-func apiWrites() map[string]float64 {
+func apiWrites() map[string]float64 { return apiWritesWith("2") }
+
+// apiWritesWith is apiWrites for the answers whose code starts with code ("409": refused as
+// conflicting or already there).
+func apiWritesWith(code string) map[string]float64 {
 	GinkgoHelper()
 	raw, err := clientset.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	Expect(err).NotTo(HaveOccurred())
@@ -39,7 +43,7 @@ func apiWrites() map[string]float64 {
 		default:
 			continue
 		}
-		if !strings.HasPrefix(l["code"], "2") {
+		if !strings.HasPrefix(l["code"], code) {
 			continue
 		}
 		key := l["resource"]
@@ -58,7 +62,7 @@ var _ = Describe("Stored writes per session", Serial, func() {
 		w := newWorld()
 		create(w.project().Obj())
 		const n = 10
-		before := apiWrites()
+		before, refusedBefore := apiWrites(), apiWritesWith("409")
 		// A small fan-out: the sessions created together, their pods started, their agents at work.
 		agents := make([]*agent, n)
 		for i := range agents {
@@ -74,7 +78,10 @@ var _ = Describe("Stored writes per session", Serial, func() {
 		for _, a := range agents {
 			a.expect(agentsv1alpha1.PhaseWorking)
 		}
-		after := apiWrites()
+		after, refusedAfter := apiWrites(), apiWritesWith("409")
+		podsRefused := (refusedAfter["pods"] - refusedBefore["pods"]) / n
+		GinkgoWriter.Printf("pod creates refused (already there) per session: %.1f\n", podsRefused)
+		Expect(podsRefused).To(BeNumerically("<=", 0.1), "a pod made a moment ago is not asked for again (expectations)")
 		var keys []string
 		for k := range after {
 			if after[k] != before[k] {

@@ -212,6 +212,56 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			},
 			want: `[spec.agent.custom.command: Required value, <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
 		}),
+		Entry("an AgentTask with neither attempts nor variants", invalid{
+			obj: func(ns string) client.Object { return agentTask(ns, func(*agentsv1alpha1.AgentTaskSpec) {}) },
+			want: `spec: Invalid value: "object": set spec.attempts (N of the same agent) or spec.variants (one attempt per variant)`,
+		}),
+		Entry("an AgentTask whose attempts disagree with its variants", invalid{
+			obj: func(ns string) client.Object {
+				return agentTask(ns, func(s *agentsv1alpha1.AgentTaskSpec) {
+					s.Attempts = ptr(int32(3))
+					s.Variants = []agentsv1alpha1.AttemptVariant{{Agent: agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentCodex}}}
+				})
+			},
+			want: `spec: Invalid value: "object": spec.attempts must equal the number of spec.variants when both are set`,
+		}),
+		Entry("an AgentTask of eleven attempts", invalid{
+			obj: func(ns string) client.Object {
+				return agentTask(ns, func(s *agentsv1alpha1.AgentTaskSpec) { s.Attempts = ptr(int32(11)) })
+			},
+			want: `spec.attempts: Invalid value: 11: spec.attempts in body should be less than or equal to 10`,
+		}),
+		Entry("an AgentTask with an unknown policy", invalid{
+			obj: func(ns string) client.Object {
+				return agentTask(ns, func(s *agentsv1alpha1.AgentTaskSpec) {
+					s.Attempts = ptr(int32(2))
+					s.Selection = &agentsv1alpha1.SelectionSpec{Policy: "Fastest"}
+				})
+			},
+			want: `[spec.selection.policy: Unsupported value: "Fastest": supported values: "FirstGreen", "Score", "Human", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
+		Entry("an AgentTask cost cap that is not an amount", invalid{
+			obj: func(ns string) client.Object {
+				return agentTask(ns, func(s *agentsv1alpha1.AgentTaskSpec) { s.Attempts = ptr(int32(2)); s.MaxCostUSD = "ten" })
+			},
+			want: `spec.maxCostUSD: Invalid value: "string": maxCostUSD must be a dollar amount such as 5 or 12.50`,
+		}),
+		Entry("an AgentTask name too long for its attempts' names", invalid{
+			obj: func(ns string) client.Object {
+				t := agentTask(ns, func(s *agentsv1alpha1.AgentTaskSpec) { s.Attempts = ptr(int32(2)) })
+				t.Name = strings.Repeat("a", 57)
+				return t
+			},
+			want: `<nil>: Invalid value: "object": name must be a DNS label of at most 56 characters: each attempt is an AgentSession named <task>-<n>`,
+		}),
+		Entry("a Project with a pick", invalid{
+			obj: func(ns string) client.Object {
+				return MakeProject("p", ns).With(func(s *agentsv1alpha1.ProjectSpec) {
+					s.Selection = &agentsv1alpha1.SelectionSpec{Pick: "fix-1"}
+				}).Obj()
+			},
+			want: `spec.selection: Invalid value: "object": spec.selection.pick belongs on an AgentTask, not a Project`,
+		}),
 		Entry("a BudgetPolicy without a cap", invalid{
 			obj: func(ns string) client.Object {
 				return &agentsv1alpha1.BudgetPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: ns},
@@ -625,6 +675,16 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			Expect(err).To(HaveOccurred())
 			Expect(userMessage(err)).To(Equal(want), userMessage(err))
 		},
+		Entry("changing an AgentTask's attempts",
+			agentTask("", func(s *agentsv1alpha1.AgentTaskSpec) { s.Attempts = ptr(int32(2)) }),
+			func(o client.Object) { o.(*agentsv1alpha1.AgentTask).Spec.Attempts = ptr(int32(3)) },
+			`spec: Invalid value: "object": spec.attempts is immutable`),
+		Entry("changing whom a session was superseded by",
+			MakeSession("s", "", "p").Prompt("Fix it").With(func(s *agentsv1alpha1.AgentSessionSpec) {
+				s.SupersededBy = &agentsv1alpha1.Supersession{Session: "fix-2"}
+			}).Obj(),
+			func(o client.Object) { o.(*agentsv1alpha1.AgentSession).Spec.SupersededBy.Session = "fix-3" },
+			`spec.supersededBy: Invalid value: "object": spec.supersededBy cannot change once set`),
 		Entry("changing a Worktree's branch",
 			MakeWorktree("w", "", "p", "feature").Obj(),
 			func(o client.Object) { o.(*agentsv1alpha1.Worktree).Spec.Branch = "other" },
@@ -724,4 +784,12 @@ func userMessage(err error) string {
 		return msg[i+len(" is invalid: "):]
 	}
 	return msg
+}
+
+// agentTask is an AgentTask "fix" of Project p in ns with a prompt, shaped by mutate.
+func agentTask(ns string, mutate func(*agentsv1alpha1.AgentTaskSpec)) *agentsv1alpha1.AgentTask {
+	t := &agentsv1alpha1.AgentTask{ObjectMeta: metav1.ObjectMeta{Name: "fix", Namespace: ns},
+		Spec: agentsv1alpha1.AgentTaskSpec{ProjectRef: agentsv1alpha1.LocalObjectReference{Name: "p"}, Prompt: "Fix it"}}
+	mutate(&t.Spec)
+	return t
 }

@@ -472,6 +472,8 @@ func startManager(ctx context.Context, o options, kubeconfig, ns string, n int) 
 	cmd := exec.Command(bin,
 		"--kubeconfig="+kubeconfig, "--watch-namespaces="+ns, "--leader-elect=false",
 		"--metrics-bind-address="+managerMetrics, "--metrics-secure=false", "--health-probe-bind-address="+managerProbes,
+		// Profiles on loopback, for a run that needs a look inside (go tool pprof http://127.0.0.1:18082/debug/pprof/goroutine).
+		"--pprof-bind-address=127.0.0.1:18082",
 		// Plain HTTP on loopback: the simulated runners are this process (KWOK pods run
 		// nothing to verify a certificate with); TLS's cost is not what this benchmark measures.
 		"--runner-bind-address="+managerRunner, "--runner-url=http://"+managerRunner, "--runner-tls=false", "--webhook-bind-address=0",
