@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -84,7 +85,7 @@ func TestEgressPolicySpec(t *testing.T) {
 			if tc.model != "" {
 				p.Spec.Agent.ModelAPI = &agentsv1alpha1.ModelAPISpec{API: agentsv1alpha1.ModelAPIAnthropic, URL: tc.model}
 			}
-			spec := egressPolicySpec(p, tc.opts)
+			spec := egressPolicySpec(p, tc.opts, nil)
 			g.Expect(spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeEgress, networkingv1.PolicyTypeIngress), "default deny both ways")
 			g.Expect(spec.Ingress).To(BeEmpty(), "nothing may connect to an agent pod")
 			g.Expect(spec.PodSelector.MatchLabels).To(Equal(map[string]string{agentsv1alpha1.LabelProject: "widgets"}))
@@ -94,4 +95,37 @@ func TestEgressPolicySpec(t *testing.T) {
 			g.Expect(spec.Egress).To(Equal(tc.want))
 		})
 	}
+}
+
+// Sessions that name a model API of their own by address (an AgentTask's Codex attempt in a
+// Claude Code Project) get it opened in their Project's policy, once each, bounded.
+func TestSessionModelAPIsInTheEgressPolicy(t *testing.T) {
+	g := NewWithT(t)
+	sess := func(url string) agentsv1alpha1.AgentSession {
+		s := agentsv1alpha1.AgentSession{}
+		if url != "" {
+			s.Spec.Agent = &agentsv1alpha1.AgentSpec{ModelAPI: &agentsv1alpha1.ModelAPISpec{API: agentsv1alpha1.ModelAPIOpenAI, URL: agentsv1alpha1.HTTPURL(url)}}
+		}
+		return s
+	}
+	urls := sessionModelURLs([]agentsv1alpha1.AgentSession{sess("http://192.168.1.31:9000"), sess(""), sess("http://192.168.1.30:8089"),
+		sess("http://192.168.1.31:9000"), sess("https://api.openai.com")})
+	g.Expect(urls).To(Equal([]string{"http://192.168.1.30:8089", "http://192.168.1.31:9000", "https://api.openai.com"}))
+	p := MakeProject("widgets", "ns").Obj()
+	p.Spec.Agent.ModelAPI = &agentsv1alpha1.ModelAPISpec{API: agentsv1alpha1.ModelAPIAnthropic, URL: "http://192.168.1.30:8089"}
+	spec := egressPolicySpec(p, Options{}, urls)
+	var blocks []string
+	for _, r := range spec.Egress {
+		for _, to := range r.To {
+			if to.IPBlock != nil {
+				blocks = append(blocks, to.IPBlock.CIDR+":"+r.Ports[0].Port.String())
+			}
+		}
+	}
+	g.Expect(blocks).To(Equal([]string{"192.168.1.30/32:8089", "192.168.1.31/32:9000"}), "the Project's once; a name goes through the egress proxy")
+	many := make([]agentsv1alpha1.AgentSession, 40)
+	for i := range many {
+		many[i] = sess(fmt.Sprintf("http://10.1.0.%d:80", i))
+	}
+	g.Expect(sessionModelURLs(many)).To(HaveLen(maxSessionModelURLs))
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/shepherd-dev/shepherd/config/argocd"
 )
 
-// The GitOps verdicts (docs/gitops.md): every Project, Worktree, AgentSession and BudgetPolicy the suite's
+// The GitOps verdicts (docs/gitops.md): every Project, Worktree, AgentSession, BudgetPolicy and AgentTask the suite's
 // controllers write is recorded as it changes, one object per distinct state, and at the end of
 // the suite each is judged by Argo CD's health check (the Lua, run as Argo CD runs it) and by
 // kstatus (what Flux's wait and kpt read). Both must give the row of the table below that the
@@ -58,6 +58,10 @@ var verdictTable = []verdictRow{
 	{"BudgetPolicy", "Ready, a cap spent (the covered Projects' new sessions wait for the window to reset)", argocd.Suspended, status.CurrentStatus},
 	{"BudgetPolicy", "Stalled (a selector or a time zone that does not parse)", argocd.Degraded, status.FailedStatus},
 	{"BudgetPolicy", "status behind metadata.generation", argocd.Progressing, status.InProgressStatus},
+	{"AgentTask", "Merged (the chosen attempt's pull request merged)", argocd.Healthy, status.CurrentStatus},
+	{"AgentTask", "WaitingForPick (the Human policy, or the cost cap reached with pull requests open)", argocd.Suspended, status.InProgressStatus},
+	{"AgentTask", "Failed (Stalled: no attempt to choose, the chosen one lost)", argocd.Degraded, status.FailedStatus},
+	{"AgentTask", "Running, Chosen (on its way to merge), or status behind metadata.generation", argocd.Progressing, status.InProgressStatus},
 	{"any", "being deleted (the message names the finalizers it waits for)", argocd.Progressing, status.TerminatingStatus},
 }
 
@@ -156,6 +160,18 @@ func verdictFor(obj client.Object) verdictRow {
 			return row("BudgetPolicy", "Ready, a cap")
 		}
 		return row("BudgetPolicy", "Ready, every")
+	case *agentsv1alpha1.AgentTask:
+		switch {
+		case behind(o.Status.ObservedGeneration, o):
+			return row("AgentTask", "Running")
+		case o.Status.Phase == agentsv1alpha1.TaskMerged:
+			return row("AgentTask", "Merged")
+		case o.Status.Phase == agentsv1alpha1.TaskWaitingForPick:
+			return row("AgentTask", "WaitingForPick")
+		case o.Status.Phase == agentsv1alpha1.TaskFailed:
+			return row("AgentTask", "Failed")
+		}
+		return row("AgentTask", "Running")
 	}
 	panic(fmt.Sprintf("no verdict for %T", obj))
 }
@@ -202,6 +218,11 @@ func (r *stateRecorder) add(obj client.Object) {
 			return
 		}
 		key = stateKey(o, "", o.Status.Conditions, o.Status.ObservedGeneration)
+	case *agentsv1alpha1.AgentTask:
+		if o.Status.Phase == "" {
+			return
+		}
+		key = stateKey(o, string(o.Status.Phase), o.Status.Conditions, o.Status.ObservedGeneration)
 	default:
 		return
 	}
@@ -215,7 +236,7 @@ func (r *stateRecorder) add(obj client.Object) {
 // watchStates records every change of the four kinds until ctx ends.
 func (r *stateRecorder) watchStates(ctx context.Context, wc client.WithWatch) {
 	for _, list := range []client.ObjectList{&agentsv1alpha1.AgentSessionList{}, &agentsv1alpha1.ProjectList{}, &agentsv1alpha1.WorktreeList{},
-		&agentsv1alpha1.BudgetPolicyList{}} {
+		&agentsv1alpha1.BudgetPolicyList{}, &agentsv1alpha1.AgentTaskList{}} {
 		go func() {
 			defer GinkgoRecover()
 			for ctx.Err() == nil {

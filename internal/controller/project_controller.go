@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -322,7 +323,7 @@ func (r *ProjectReconciler) reconcileEgressPolicy(ctx context.Context, s *projec
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: egressPolicyName(p.Name), Namespace: p.Namespace}}
 	_, err := controllerutil.CreateOrPatch(ctx, r.Client, np, func() error {
 		np.Labels = mergeLabels(np.Labels, managedLabels(p.Name))
-		np.Spec = egressPolicySpec(p, r.Options)
+		np.Spec = egressPolicySpec(p, r.Options, sessionModelURLs(s.sessions))
 		return controllerutil.SetControllerReference(p, np, r.Scheme)
 	})
 	if err != nil {
@@ -331,8 +332,34 @@ func (r *ProjectReconciler) reconcileEgressPolicy(ctx context.Context, s *projec
 	return nil
 }
 
-// egressPolicySpec is the Project's pods' NetworkPolicy. Pure.
-func egressPolicySpec(p *agentsv1alpha1.Project, o Options) networkingv1.NetworkPolicySpec {
+// maxSessionModelURLs bounds the model APIs by address that sessions add to their Project's
+// policy (an AgentTask has at most ten variants).
+const maxSessionModelURLs = 16
+
+// sessionModelURLs are the model API URLs the Project's sessions name in their own agent (an
+// AgentTask's Codex attempt in a Claude Code Project), distinct and sorted, at most
+// maxSessionModelURLs. Pure.
+func sessionModelURLs(sessions []agentsv1alpha1.AgentSession) []string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range sessions {
+		a := sessions[i].Spec.Agent
+		if a == nil || a.ModelAPI == nil || a.ModelAPI.URL == "" || seen[string(a.ModelAPI.URL)] || !sessions[i].DeletionTimestamp.IsZero() {
+			continue
+		}
+		seen[string(a.ModelAPI.URL)] = true
+		out = append(out, string(a.ModelAPI.URL))
+	}
+	sort.Strings(out)
+	if len(out) > maxSessionModelURLs {
+		out = out[:maxSessionModelURLs]
+	}
+	return out
+}
+
+// egressPolicySpec is the Project's pods' NetworkPolicy; modelURLs are its sessions' own model
+// APIs (sessionModelURLs), allowed like the Project's when given by address. Pure.
+func egressPolicySpec(p *agentsv1alpha1.Project, o Options, modelURLs []string) networkingv1.NetworkPolicySpec {
 	tcp := corev1.ProtocolTCP
 	rules := []networkingv1.NetworkPolicyEgressRule{dnsEgressRule(o)}
 	if r, ok := runnerEgressRule(o); ok {
@@ -343,6 +370,14 @@ func egressPolicySpec(p *agentsv1alpha1.Project, o Options) networkingv1.Network
 	}
 	if r, ok := modelAPIRule(p); ok {
 		rules = append(rules, r)
+	}
+	for _, u := range modelURLs {
+		if m := p.Spec.Agent.ModelAPI; m != nil && string(m.URL) == u {
+			continue
+		}
+		if r, ok := addressRule(u); ok {
+			rules = append(rules, r)
+		}
 	}
 	if n := p.Spec.Network; n != nil && n.Egress != nil {
 		for _, a := range n.Egress.Allow {

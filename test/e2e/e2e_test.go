@@ -297,6 +297,11 @@ var _ = Describe("Shepherd on the local cluster", Ordered, func() {
 		scheduledSessions(ctx, c)
 	})
 
+	// Issue 24. Alone: -ginkgo.focus='installs.the.CRDs|runs.the.manager|best.of.3'.
+	It("runs a best of 3 with the real Claude Code, Codex and OpenCode: Score chooses, the chosen pull request merges, the others close", func() {
+		bestOfThree(ctx, c)
+	})
+
 	It("runs a whole session with a custom agent: the team's own script, its own protocol, from an image with bash and git", func() {
 		customWholeSession(ctx, c)
 	})

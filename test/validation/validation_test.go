@@ -213,7 +213,7 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			want: `[spec.agent.custom.command: Required value, <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
 		}),
 		Entry("an AgentTask with neither attempts nor variants", invalid{
-			obj: func(ns string) client.Object { return agentTask(ns, func(*agentsv1alpha1.AgentTaskSpec) {}) },
+			obj:  func(ns string) client.Object { return agentTask(ns, func(*agentsv1alpha1.AgentTaskSpec) {}) },
 			want: `spec: Invalid value: "object": set spec.attempts (N of the same agent) or spec.variants (one attempt per variant)`,
 		}),
 		Entry("an AgentTask whose attempts disagree with its variants", invalid{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -31,9 +33,12 @@ import (
 
 // run is what one side (bare pods or sessions) measured.
 type runStats struct {
-	total     time.Duration   // first create call → last object ready/Working
-	latencies []time.Duration // per object: its create call → ready/Working
-	writes    map[string]float64
+	// objectBytes is the mean size of a session's objects as the API serves them (JSON, without
+	// managedFields), by kind: what etcd holds per session, roughly (pods are stored as protobuf).
+	objectBytes map[string]int
+	total       time.Duration   // first create call → last object ready/Working
+	latencies   []time.Duration // per object: its create call → ready/Working
+	writes      map[string]float64
 	// manager only
 	managerWrites   float64
 	managerByKind   map[string]float64
@@ -419,6 +424,7 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 	if st.proc, err = readProc(mgr.cmd.Process.Pid); err != nil {
 		return runStats{}, err
 	}
+	st.objectBytes = objectSizes(ctx, c.cl, ns)
 	st.total, st.latencies = working.stats(names, starts)
 	working.mu.Lock()
 	wtReady.mu.Lock()
@@ -440,6 +446,35 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 		st.proc.peakRSS>>20, st.proc.cpu.Round(100*time.Millisecond))
 	report(st)
 	return st, nil
+}
+
+// objectSizes samples up to 50 of each kind a session makes in ns and returns their mean size
+// in bytes, JSON as served, managedFields left out (the API server strips them from the cache's
+// view too; they are a few hundred bytes more in etcd).
+func objectSizes(ctx context.Context, cl client.Client, ns string) map[string]int {
+	out := map[string]int{}
+	for kind, list := range map[string]client.ObjectList{
+		"AgentSession": &agentsv1alpha1.AgentSessionList{}, "Worktree": &agentsv1alpha1.WorktreeList{}, "Pod": &corev1.PodList{},
+	} {
+		if err := cl.List(ctx, list, client.InNamespace(ns), client.Limit(50)); err != nil {
+			continue
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil || len(items) == 0 {
+			continue
+		}
+		total := 0
+		for _, o := range items {
+			obj := o.(client.Object)
+			obj.SetManagedFields(nil)
+			b, err := json.Marshal(obj)
+			if err == nil {
+				total += len(b)
+			}
+		}
+		out[kind] = total / len(items)
+	}
+	return out
 }
 
 // manager is the manager process of one run.
@@ -560,6 +595,8 @@ func printResult(r result) {
 	fmt.Printf("%-44s %14.2f %14.2f %7.2fx\n", "API writes per object (API server, everyone)", bw, sw, sw/max(bw, 0.001))
 	fmt.Printf("%-44s %14s %14.2f\n", "manager's writes per session (its counter)", "", s.managerWrites/float64(r.n))
 	fmt.Printf("%-44s %14s %14d MiB\n", "manager peak RSS", "", s.proc.peakRSS>>20)
+	fmt.Printf("%-44s %14s %14s\n", "bytes per object (JSON as served)", "", fmt.Sprintf("session %d, Worktree %d, pod %d",
+		s.objectBytes["AgentSession"], s.objectBytes["Worktree"], s.objectBytes["Pod"]))
 	fmt.Printf("%-44s %14s %14.1f s\n", "manager CPU", "", s.proc.cpu.Seconds())
 	if s.runnerFailures > 0 {
 		fmt.Printf("simulated runners that failed: %d (last: %s)\n", s.runnerFailures, s.runnerLastError)
