@@ -248,6 +248,10 @@ func TestServedKinds(t *testing.T) {
 		t.Fatalf("an upgrade without the new CRD says what to do: %v", err)
 	}
 	mapper.Add(agentsv1alpha1.GroupVersion.WithKind("BudgetPolicy"), meta.RESTScopeNamespace)
+	if err := servedKinds(mapper); err == nil || !strings.Contains(err.Error(), "does not serve AgentTask.agents.shepherd.dev") {
+		t.Fatalf("nor without AgentTask's: %v", err)
+	}
+	mapper.Add(agentsv1alpha1.GroupVersion.WithKind("AgentTask"), meta.RESTScopeNamespace)
 	if err := servedKinds(mapper); err != nil {
 		t.Fatal(err)
 	}

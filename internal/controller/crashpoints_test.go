@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -318,6 +319,29 @@ var _ = Describe("At every crash point around an action", Serial, func() {
 			Expect(info.State).To(Equal("closed"))
 			Expect(closingComments(w, a)).To(Equal(1), "one comment across the crash")
 			Expect(gh.Stats().ByRoute[closePullRoute]-closes).To(Equal(1), "one close call across the crash")
+		})
+	}
+
+	for _, point := range []controller.ActionPoint{controller.BeforeAction, controller.AfterAction} {
+		It("takes a chosen attempt's draft out of draft once when the manager dies at "+string(point)+" of it", func() {
+			w := newWorld()
+			create(w.project().Obj())
+			a := w.agent("ready-" + map[controller.ActionPoint]string{controller.BeforeAction: "before", controller.AfterAction: "after"}[point])
+			create(MakeSession(a.name, w.ns, "widgets").Prompt("Draft it").With(func(s *agentsv1alpha1.AgentSessionSpec) {
+				s.PullRequest = &agentsv1alpha1.SessionPullRequest{Draft: ptr.To(true)}
+			}).Obj())
+			a.start()
+			a.report(agentsv1alpha1.ActivityActive)
+			a.openPR()
+			Eventually(func() bool { i, _ := gh.PullRequest(w.full, a.pr); return i.Draft }).Should(BeTrue(), "opened as a draft")
+			Eventually(func() bool { return a.status().PullRequest != nil && a.status().PullRequest.Draft }).Should(BeTrue())
+			mutations := gh.Stats().GraphQLMutations
+			hit := crashAt(lifecycle.ActionMarkReady, point, objKey(w.ns, a.name))
+			update(session(w.ns, a.name), func(o *agentsv1alpha1.AgentSession) { o.Spec.PullRequest.Draft = ptr.To(false) })
+			restartAfterCrash(a, hit)
+			Eventually(func() bool { i, _ := gh.PullRequest(w.full, a.pr); return i.Draft }).Should(BeFalse(), "ready for review")
+			Eventually(func() bool { return a.status().PullRequest.Draft }).Should(BeFalse())
+			Consistently(func() int { return gh.Stats().GraphQLMutations - mutations }, "2s").Should(Equal(1), "one mutation across the crash")
 		})
 	}
 

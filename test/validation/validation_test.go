@@ -214,7 +214,7 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 		}),
 		Entry("an AgentTask with neither attempts nor variants", invalid{
 			obj:  func(ns string) client.Object { return agentTask(ns, func(*agentsv1alpha1.AgentTaskSpec) {}) },
-			want: `spec: Invalid value: "object": set spec.attempts (N of the same agent) or spec.variants (one attempt per variant)`,
+			want: `spec: Invalid value: set spec.attempts (N of the same agent) or spec.variants (one attempt per variant)`,
 		}),
 		Entry("an AgentTask whose attempts disagree with its variants", invalid{
 			obj: func(ns string) client.Object {
@@ -223,7 +223,7 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 					s.Variants = []agentsv1alpha1.AttemptVariant{{Agent: agentsv1alpha1.AgentSpec{Type: agentsv1alpha1.AgentCodex}}}
 				})
 			},
-			want: `spec: Invalid value: "object": spec.attempts must equal the number of spec.variants when both are set`,
+			want: `spec: Invalid value: spec.attempts must equal the number of spec.variants when both are set`,
 		}),
 		Entry("an AgentTask of eleven attempts", invalid{
 			obj: func(ns string) client.Object {
@@ -244,7 +244,7 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			obj: func(ns string) client.Object {
 				return agentTask(ns, func(s *agentsv1alpha1.AgentTaskSpec) { s.Attempts = ptr(int32(2)); s.MaxCostUSD = "ten" })
 			},
-			want: `spec.maxCostUSD: Invalid value: "string": maxCostUSD must be a dollar amount such as 5 or 12.50`,
+			want: `spec.maxCostUSD: Invalid value: "ten": maxCostUSD must be a dollar amount such as 5 or 12.50`,
 		}),
 		Entry("an AgentTask name too long for its attempts' names", invalid{
 			obj: func(ns string) client.Object {
@@ -252,7 +252,7 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 				t.Name = strings.Repeat("a", 57)
 				return t
 			},
-			want: `<nil>: Invalid value: "object": name must be a DNS label of at most 56 characters: each attempt is an AgentSession named <task>-<n>`,
+			want: `<nil>: Invalid value: name must be a DNS label of at most 56 characters: each attempt is an AgentSession named <task>-<n>`,
 		}),
 		Entry("a Project with a pick", invalid{
 			obj: func(ns string) client.Object {
@@ -260,7 +260,7 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 					s.Selection = &agentsv1alpha1.SelectionSpec{Pick: "fix-1"}
 				}).Obj()
 			},
-			want: `spec.selection: Invalid value: "object": spec.selection.pick belongs on an AgentTask, not a Project`,
+			want: `spec.selection: Invalid value: spec.selection.pick belongs on an AgentTask, not a Project`,
 		}),
 		Entry("a BudgetPolicy without a cap", invalid{
 			obj: func(ns string) client.Object {
@@ -678,13 +678,13 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 		Entry("changing an AgentTask's attempts",
 			agentTask("", func(s *agentsv1alpha1.AgentTaskSpec) { s.Attempts = ptr(int32(2)) }),
 			func(o client.Object) { o.(*agentsv1alpha1.AgentTask).Spec.Attempts = ptr(int32(3)) },
-			`spec: Invalid value: "object": spec.attempts is immutable`),
+			`spec: Invalid value: spec.attempts is immutable`),
 		Entry("changing whom a session was superseded by",
 			MakeSession("s", "", "p").Prompt("Fix it").With(func(s *agentsv1alpha1.AgentSessionSpec) {
 				s.SupersededBy = &agentsv1alpha1.Supersession{Session: "fix-2"}
 			}).Obj(),
 			func(o client.Object) { o.(*agentsv1alpha1.AgentSession).Spec.SupersededBy.Session = "fix-3" },
-			`spec.supersededBy: Invalid value: "object": spec.supersededBy cannot change once set`),
+			`spec.supersededBy: Invalid value: spec.supersededBy cannot change once set`),
 		Entry("changing a Worktree's branch",
 			MakeWorktree("w", "", "p", "feature").Obj(),
 			func(o client.Object) { o.(*agentsv1alpha1.Worktree).Spec.Branch = "other" },
