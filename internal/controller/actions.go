@@ -188,15 +188,24 @@ func (r *AgentSessionReconciler) runMarkReady(ctx context.Context, s *sessionSco
 		return fmt.Errorf("mark pull request #%d ready: %w", n, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Pull request marked ready for review", "number", n)
-	if obs, ok := r.Hub.Get(s.key); ok && obs.PullRequest != nil && obs.PullRequest.Number == n {
-		pr := *obs.PullRequest
+	r.observedOwnChange(s.key, n, func(pr *scm.PullRequest) {
 		pr.Draft = false
 		if pr.MergeState == scm.MergeStateDraft {
 			pr.MergeState = scm.MergeStateUnknown
 		}
-		r.Hub.Observed(s.key, &pr)
-	}
+	})
 	return nil
+}
+
+// observedOwnChange hands the Poller what an action just did to pull request n (closed it, took
+// it out of draft) as its observation, so that the next decision does not ask for it again
+// before the next read.
+func (r *AgentSessionReconciler) observedOwnChange(key types.NamespacedName, n int, change func(*scm.PullRequest)) {
+	if obs, ok := r.Hub.Get(key); ok && obs.PullRequest != nil && obs.PullRequest.Number == n {
+		pr := *obs.PullRequest
+		change(&pr)
+		r.Hub.Observed(key, &pr)
+	}
 }
 
 // runCreateWorktree creates the session's own Worktree, by its deterministic name, owned by the

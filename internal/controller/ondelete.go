@@ -121,11 +121,7 @@ func (r *AgentSessionReconciler) runClosePullRequest(ctx context.Context, s *ses
 	if err := s.forge.Conn.Provider.ClosePullRequest(cctx, s.forge.Repo, n); err != nil {
 		return fmt.Errorf("close pull request #%d: %w", n, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Closed the deleted session's pull request", "number", n)
-	if obs, ok := r.Hub.Get(s.key); ok && obs.PullRequest != nil && obs.PullRequest.Number == n {
-		pr := *obs.PullRequest
-		pr.State = scm.StateClosed
-		r.Hub.Observed(s.key, &pr)
-	}
+	ctrl.LoggerFrom(ctx).Info("Closed the session's pull request (deleted with onDelete ClosePullRequest, or superseded)", "number", n)
+	r.observedOwnChange(s.key, n, func(pr *scm.PullRequest) { pr.State = scm.StateClosed })
 	return nil
 }
