@@ -76,7 +76,7 @@ func TestManifestsArePinnedAndSmall(t *testing.T) {
 			kinds[o.Kind]++
 			g.Expect(o.Bytes).To(BeNumerically("<", maxObjectBytes), o.Kind+" "+o.Name)
 		}
-		g.Expect(kinds).To(And(HaveKeyWithValue("CustomResourceDefinition", 4), HaveKeyWithValue("Deployment", 2),
+		g.Expect(kinds).To(And(HaveKeyWithValue("CustomResourceDefinition", 5), HaveKeyWithValue("Deployment", 2),
 			HaveKeyWithValue("NetworkPolicy", 2), HaveKey("Namespace"), HaveKey("Service"), HaveKey("ServiceAccount")), m.File)
 		s := string(b)
 		g.Expect(s).To(ContainSubstring("image: " + testImages.Manager))
