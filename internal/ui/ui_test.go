@@ -332,7 +332,7 @@ var _ = Describe("Picking an AgentTask's attempt", func() {
 		Expect(err).To(HaveOccurred())
 		Expect(out + err.Error()).To(ContainSubstring("attempt bynumber-2 has no pull request yet"))
 		out, err = plugin("alice", "-n", "team-a", "pick", "bynumber", "widgets-42")
-		Expect(err).To(HaveOccurred())
+		Expect(err).To(HaveOccurred(), out)
 		Expect(err.Error()).To(ContainSubstring("is not an attempt of task bynumber (its attempts: bynumber-1, bynumber-2)"))
 		out, err = plugin("viewer", "-n", "team-a", "pick", "bynumber", "1")
 		Expect(err).To(HaveOccurred(), out)
