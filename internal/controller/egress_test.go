@@ -123,6 +123,15 @@ func TestSessionModelAPIsInTheEgressPolicy(t *testing.T) {
 		}
 	}
 	g.Expect(blocks).To(Equal([]string{"192.168.1.30/32:8089", "192.168.1.31/32:9000"}), "the Project's once; a name goes through the egress proxy")
+	metadata := egressPolicySpec(p, Options{DeniedCIDRs: []string{"169.254.0.0/16"}}, []string{"http://169.254.169.254:80", "http://192.168.1.31:9000"})
+	for _, r := range metadata.Egress {
+		for _, to := range r.To {
+			if to.IPBlock != nil {
+				g.Expect(to.IPBlock.CIDR).NotTo(HavePrefix("169.254."), "a session's model URL does not open cloud metadata")
+			}
+		}
+	}
+	g.Expect(metadata.Egress).To(HaveLen(len(spec.Egress)), "the other address is still opened")
 	many := make([]agentsv1alpha1.AgentSession, 40)
 	for i := range many {
 		many[i] = sess(fmt.Sprintf("http://10.1.0.%d:80", i))

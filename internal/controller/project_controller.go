@@ -375,7 +375,9 @@ func egressPolicySpec(p *agentsv1alpha1.Project, o Options, modelURLs []string) 
 		if m := p.Spec.Agent.ModelAPI; m != nil && string(m.URL) == u {
 			continue
 		}
-		if r, ok := addressRule(u); ok {
+		// A session's own address never opens a denied range (cloud metadata): only the
+		// Project's spec may name one (docs/security.md).
+		if r, ok := addressRule(u); ok && !inDenied(r, o.DeniedCIDRs) {
 			rules = append(rules, r)
 		}
 	}
@@ -487,6 +489,25 @@ func addressRule(raw string) (networkingv1.NetworkPolicyEgressRule, bool) {
 		To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: netip.PrefixFrom(ip, ip.BitLen()).String()}}},
 		Ports: tcpPort(int32(n)),
 	}, true
+}
+
+// inDenied reports whether an address rule's address lies in one of the denied ranges.
+func inDenied(r networkingv1.NetworkPolicyEgressRule, denied []string) bool {
+	for _, to := range r.To {
+		if to.IPBlock == nil {
+			continue
+		}
+		addr, err := netip.ParsePrefix(to.IPBlock.CIDR)
+		if err != nil {
+			return true
+		}
+		for _, d := range denied {
+			if dp, err := netip.ParsePrefix(d); err == nil && dp.Contains(addr.Addr()) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // exceptions are the denied ranges a Project's CIDR contains (and does not lie within): a
