@@ -91,18 +91,12 @@ func (r *AgentTaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if recErr != nil {
 		return finish(ctx, r.Recorder, task, orig.Status.Conditions, task.Status.Conditions, recErr, 0)
 	}
-	if kerr != nil {
-		// Failed: the attempts may still need their writes (a cap's stops); then said once.
-		if err := r.apply(ctx, task, owned, out); err != nil {
-			return ctrl.Result{}, err
-		}
-		return finish(ctx, r.Recorder, task, orig.Status.Conditions, task.Status.Conditions, kerr, 0)
-	}
-	// After the write: create the attempts it lists, then apply the choice or the cap.
+	// After the write: create the attempts it lists, then apply the choice or the cap (a Failed
+	// task may still have a cap's stops to write); then the outcome, said once.
 	if err := r.apply(ctx, task, owned, out); err != nil {
 		return ctrl.Result{}, err
 	}
-	return finish(ctx, r.Recorder, task, orig.Status.Conditions, task.Status.Conditions, nil, 0)
+	return finish(ctx, r.Recorder, task, orig.Status.Conditions, task.Status.Conditions, kerr, 0)
 }
 
 // taskOutcome is what taskStatus decided, for the writes after the status.
