@@ -199,6 +199,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	fs.StringVar(&cfg.AgentHome, "agent-home", env("SHEPHERD_AGENT_HOME", ""), "the agent's home in its container (env SHEPHERD_AGENT_HOME)")
 	fs.StringVar(&cfg.Listen, "listen", env("SHEPHERD_LISTEN", runner.DefaultListen), "the runner's local server on the pod's loopback (env SHEPHERD_LISTEN)")
 	fs.StringVar(&cfg.HostAddr, "host-addr", env("SHEPHERD_HOST_ADDR", agenthost.DefaultAddr), "the agent container's host (env SHEPHERD_HOST_ADDR)")
+	fs.StringVar(&cfg.PreparedFile, "prepared-file", env("SHEPHERD_PREPARED_FILE", ""), "where the checkout step's outcome is kept for a restarted runner: a file in the pod's own scratch space (env SHEPHERD_PREPARED_FILE)")
 	fs.StringVar(&cfg.StateDir, "state-dir", env("SHEPHERD_STATE_DIR", ""), "the runner's own state, out of the agent's reach (env SHEPHERD_STATE_DIR)")
 	fs.BoolVar(&cfg.ServeOnly, "serve-only", envBool("SHEPHERD_SERVE_ONLY"), "serve git to the checkout step until stopped, with no session: a checkout pod (env SHEPHERD_SERVE_ONLY)")
 	fs.StringVar(&cfg.GitPath, "git", env("SHEPHERD_GIT", ""), "git binary; empty looks it up on PATH (env SHEPHERD_GIT)")

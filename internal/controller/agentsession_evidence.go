@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -44,15 +45,37 @@ func podEvidence(pod *corev1.Pod, nodeLost bool, volumeHeld string) lifecycle.Po
 			}
 		}
 	}
-	// A failing init container (prepare, the runner sidecar) is the agent's failure to start. The
-	// runner is a native sidecar: the kubelet restarts it when it ends, and ends it after the
-	// agent, so only its waiting (an image it cannot pull, a crash loop) says anything.
+	// A failing init container (the runner sidecar; prepare in pods made before it ran beside the
+	// agent) is the agent's failure to start. The runner is a native sidecar: the kubelet
+	// restarts it when it ends, and ends it after the agent, so only its waiting (an image it
+	// cannot pull, a crash loop) says anything.
 	for _, cs := range pod.Status.InitContainerStatuses {
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" {
 			ev.WaitingReason, ev.WaitingMessage = w.Reason, cs.Name+": "+w.Message
 		}
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && cs.Name != containerRunner {
 			ev.Terminated = &lifecycle.ContainerExit{ExitCode: t.ExitCode, Reason: cs.Name + " " + t.Reason}
+		}
+	}
+	// The checkout step beside the agent's container: the agent is not running until it ended
+	// well (the host only waits until then), and its failure is the pod's, whatever the host
+	// still does (the runner ends it, but a step killed without a word leaves that to us).
+	prepared := !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == containerPrepare })
+	var preparedAt time.Time
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != containerPrepare {
+			continue
+		}
+		switch t, w := cs.State.Terminated, cs.State.Waiting; {
+		case t != nil && t.ExitCode == 0:
+			prepared, preparedAt = true, t.FinishedAt.Time
+		case t != nil:
+			ev.Terminated = &lifecycle.ContainerExit{ExitCode: t.ExitCode, Reason: cs.Name + " " + t.Reason}
+			if ev.Phase == lifecycle.PodRunning || ev.Phase == lifecycle.PodPending {
+				ev.Phase = lifecycle.PodFailed
+			}
+		case w != nil && w.Reason != "" && ev.WaitingReason == "":
+			ev.WaitingReason, ev.WaitingMessage = w.Reason, cs.Name+": "+w.Message
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
@@ -62,15 +85,24 @@ func podEvidence(pod *corev1.Pod, nodeLost bool, volumeHeld string) lifecycle.Po
 		ev.Restarts = cs.RestartCount
 		switch {
 		case cs.State.Running != nil:
+			if !prepared {
+				break // the host waits for the checkout
+			}
 			ev.ContainerRunning = true
 			ev.Started = cs.State.Running.StartedAt.Time
+			if preparedAt.After(ev.Started) {
+				ev.Started = preparedAt
+			}
 		case cs.State.Waiting != nil:
-			if cs.State.Waiting.Reason == "PodInitializing" && ev.WaitingReason != "" {
-				// The agent waits for the init containers: what holds them up is the news.
+			if ev.WaitingReason != "" {
+				// The checkout step or an init container is held up: that is the news.
 				break
 			}
 			ev.WaitingReason, ev.WaitingMessage = cs.State.Waiting.Reason, cs.State.Waiting.Message
 		case cs.State.Terminated != nil:
+			if ev.Terminated != nil {
+				break // the checkout step failed first; the host only followed
+			}
 			t := cs.State.Terminated
 			ev.Terminated = &lifecycle.ContainerExit{ExitCode: t.ExitCode, Reason: t.Reason}
 		}

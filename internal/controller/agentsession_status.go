@@ -93,7 +93,7 @@ func checkoutOf(pod *corev1.Pod) metrics.Checkout {
 	if pod == nil {
 		return metrics.CheckoutUnknown
 	}
-	res, ok := prepareResult(pod, containerPrepare, pod.Status.InitContainerStatuses)
+	res, ok := agentPrepareResult(pod)
 	switch {
 	case !ok || !res.OK || res.Result.Path == "":
 		return metrics.CheckoutUnknown

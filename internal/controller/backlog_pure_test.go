@@ -258,8 +258,14 @@ func TestSetBacklogStatus(t *testing.T) {
 
 func TestCheckoutOf(t *testing.T) {
 	pod := func(message string, code int32) *corev1.Pod {
-		return &corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{
+		return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
 			Name: containerPrepare, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: message}},
+		}}}}
+	}
+	// A pod made before the checkout step ran beside the agent: an init container.
+	oldPod := func(message string) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{
+			Name: containerPrepare, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: message}},
 		}}}}
 	}
 	result := func(r workspace.Result) string {
@@ -276,6 +282,7 @@ func TestCheckoutOf(t *testing.T) {
 	g.Expect(checkoutOf(pod(result(workspace.Result{}), 0))).To(Equal(metrics.CheckoutWarm))
 	g.Expect(checkoutOf(pod(result(workspace.Result{Restored: true}), 0))).To(Equal(metrics.CheckoutWarm))
 	g.Expect(checkoutOf(pod("", 0))).To(Equal(metrics.CheckoutUnknown), "no readable result")
+	g.Expect(checkoutOf(oldPod(result(workspace.Result{FullFetch: true})))).To(Equal(metrics.CheckoutCold), "an init container's result")
 	g.Expect(checkoutOf(&corev1.Pod{})).To(Equal(metrics.CheckoutUnknown), "prepare has not finished")
 }
 

@@ -198,15 +198,15 @@ var _ = Describe("Bad input", func() {
 		a := w.agent("setup")
 		create(MakeSession(a.name, w.ns, "widgets").Prompt("Fix the build").Obj())
 		pod := a.pod()
-		Expect(pod.Spec.InitContainers).To(ContainElement(And(HaveField("Name", "prepare"),
+		Expect(pod.Spec.Containers).To(ContainElement(And(HaveField("Name", "prepare"),
 			HaveField("Args", ContainElement(And(HavePrefix("--setup="), ContainSubstring(`"command":["npm","ci"]`)))))))
 		setPodStatus(pod, func(p *corev1.Pod) {
 			p.Status.Phase = corev1.PodRunning
 			initDone(p, preparedResult(a.branch(), workspace.Facts{}, workspace.SetupResult{
 				State: agentsv1alpha1.SetupFailed, FailedCommand: "install", Error: "npm ERR! could not resolve dependency",
 			}))
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Ready: true,
-				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "agent", Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}})
 		})
 		Eventually(worktreeStatus(w.ns, a.name)).Should(And(
 			HaveField("Phase", agentsv1alpha1.WorktreeReady),
@@ -229,7 +229,7 @@ var _ = Describe("Bad input", func() {
 		Eventually(podGone(w.ns, a.podName(), pod.UID)).Should(BeTrue())
 		a.setState(agentsv1alpha1.SessionRunning)
 		Eventually(func() bool { return podExists(w.ns, a.podName())() && a.pod().UID != pod.UID }).Should(BeTrue())
-		Expect(a.pod().Spec.InitContainers).To(ContainElement(And(HaveField("Name", "prepare"),
+		Expect(a.pod().Spec.Containers).To(ContainElement(And(HaveField("Name", "prepare"),
 			HaveField("Args", ContainElement(ContainSubstring(`"command":["npm","ci","--legacy-peer-deps"]`))))))
 		a.prepare = preparedResult(a.branch(), workspace.Facts{}, workspace.SetupResult{State: agentsv1alpha1.SetupSucceeded})
 		a.start()

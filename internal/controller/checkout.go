@@ -74,8 +74,17 @@ func prepareResult(pod *corev1.Pod, name string, statuses []corev1.ContainerStat
 	return checkoutResult{}, false
 }
 
+// agentPrepareResult reads an agent pod's checkout step: a container beside the agent's, or an
+// init container in pods made before that.
+func agentPrepareResult(pod *corev1.Pod) (checkoutResult, bool) {
+	if r, ok := prepareResult(pod, containerPrepare, pod.Status.ContainerStatuses); ok {
+		return r, true
+	}
+	return prepareResult(pod, containerPrepare, pod.Status.InitContainerStatuses)
+}
+
 // latestResult is the most recent finished prepare among the pods: worktree pods' main
-// container, agent pods' prepare init container.
+// container, agent pods' checkout step.
 func latestResult(pods []corev1.Pod) (checkoutResult, bool) {
 	var best checkoutResult
 	found := false
@@ -87,7 +96,7 @@ func latestResult(pods []corev1.Pod) (checkoutResult, bool) {
 		case p.Labels[componentLabel] == componentWorktree && p.Annotations[annotationOperation] == operationPrepare:
 			r, ok = prepareResult(p, operationPrepare, p.Status.ContainerStatuses)
 		case p.Labels[componentLabel] == componentAgent:
-			r, ok = prepareResult(p, containerPrepare, p.Status.InitContainerStatuses)
+			r, ok = agentPrepareResult(p)
 		}
 		if ok && (!found || r.Finished.After(best.Finished)) {
 			best, found = r, true

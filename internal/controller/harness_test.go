@@ -189,7 +189,9 @@ func setPodStatus(pod *corev1.Pod, mutate func(*corev1.Pod)) {
 	}).Should(Succeed())
 }
 
-// initDone marks a pod's init containers finished, prepare with result (JSON) as its message.
+// initDone marks a pod's checkout step finished, with result (JSON) as its message: the runner
+// sidecar running, prepare (beside the agent's container) ended. Callers append the agent's
+// container's status.
 func initDone(p *corev1.Pod, result any) {
 	now := metav1.Now()
 	msg := ""
@@ -205,15 +207,19 @@ func initDone(p *corev1.Pod, result any) {
 	for _, c := range p.Spec.InitContainers {
 		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}}
-		if c.Name == "prepare" {
-			st.State.Terminated.Message = msg
-		}
 		if c.Name == "runner" {
 			// The native sidecar runs beside the agent.
 			st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
 			st.Started = ptr.To(true)
 		}
 		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, st)
+	}
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		if c.Name == "prepare" {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: msg, FinishedAt: now}}})
+		}
 	}
 }
 
@@ -222,8 +228,8 @@ func agentWaiting(reason, message string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodPending
 		initDone(p, prepared(p.Labels[agentsv1alpha1.LabelSession]))
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Image: p.Spec.Containers[0].Image,
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}}
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "agent", Image: p.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}})
 	}
 }
 
@@ -286,8 +292,8 @@ func (a *agent) start() {
 	setPodStatus(pod, func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodRunning
 		initDone(p, result)
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Image: p.Spec.Containers[0].Image, Ready: true,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "agent", Image: p.Spec.Containers[0].Image, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}})
 	})
 	Eventually(func() error {
 		project := a.project

@@ -43,8 +43,8 @@ func sessionPhase(ns, name string) func() agentsv1alpha1.SessionPhase {
 	}
 }
 
-// playKubelet marks a pod as the kubelet would: init containers done (prepare leaves its
-// result as the termination message, as the runner writes it), the main container running.
+// playKubelet marks a pod as the kubelet would: the runner sidecar running, the checkout step ended (prepare leaves its
+// result as the termination message, as the runner writes it), the agent container running.
 func playKubelet(pod *corev1.Pod, prepared *workspace.Result, running bool) {
 	GinkgoHelper()
 	Eventually(func() error {
@@ -56,22 +56,30 @@ func playKubelet(pod *corev1.Pod, prepared *workspace.Result, running bool) {
 		p.Status.Phase = corev1.PodRunning
 		p.Status.InitContainerStatuses = nil
 		for _, c := range p.Spec.InitContainers {
-			msg := ""
-			if c.Name == "prepare" && prepared != nil {
-				b, _ := json.Marshal(prepared)
-				msg = string(b)
+			st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}}
+			if c.Name == "runner" {
+				st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+				st.Started = ptr.To(true)
 			}
-			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{
-				Name: c.Name, Image: c.Image, Ready: true,
-				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: msg, FinishedAt: now}},
-			})
+			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, st)
 		}
 		p.Status.ContainerStatuses = nil
 		for _, c := range p.Spec.Containers {
 			st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: running}
-			if running {
+			switch {
+			case c.Name == "prepare":
+				// The checkout step, beside the agent's container, ended with its result.
+				msg := ""
+				if prepared != nil {
+					b, _ := json.Marshal(prepared)
+					msg = string(b)
+				}
+				st.Ready = false
+				st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: msg, FinishedAt: now}
+			case running:
 				st.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
-			} else {
+			default:
 				st.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 			}
 			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, st)

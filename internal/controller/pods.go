@@ -646,14 +646,22 @@ const (
 	operationRemove      = "remove"
 )
 
-// agentPod runs one session's agent: the runner's container, the checkout step in the agent
-// image (so setup commands find its toolchain), then the agent's container.
+// agentPod runs one session's agent: the runner's sidecar, then two containers in the agent's
+// image started together: the checkout step (prepare, so setup commands find the image's
+// toolchain) and the agent's container, whose host waits for the runner to start the agent once
+// the checkout step reported. The checkout step is not an init container: the kubelet starts the
+// container after an init container only once its relist (every second) saw it end, 0.3-1.9 s
+// measured on the warm start's critical path (docs/performance.md, section 3); side by side the
+// agent's container is up while the checkout is made.
 func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Project, wt *agentsv1alpha1.Worktree, vol checkoutVolume, agent agentsv1alpha1.AgentSpec) (*corev1.Pod, error) {
 	labels := mergeLabels(managedLabels(p.Name), map[string]string{
 		agentsv1alpha1.LabelSession: sess.Name, agentsv1alpha1.LabelWorktree: wt.Name, componentLabel: componentAgent,
 	})
 	home := homePath(sess.Name)
-	pod := d.basePod(agentPodName(sess.Name), sess.Namespace, labels, p, vol, d.runnerArgs(p, vol, home, sess.Name, &agent), &agent)
+	// The runner's /tmp is an emptyDir: the checkout step's outcome outlives a restart of the
+	// runner's container, not the pod.
+	runnerArgs := append(d.runnerArgs(p, vol, home, sess.Name, &agent), "--prepared-file=/tmp/prepared.json")
+	pod := d.basePod(agentPodName(sess.Name), sess.Namespace, labels, p, vol, runnerArgs, &agent)
 	colocate(pod, p, wt, vol)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	// The runner stops the agent on SIGTERM within its stop grace (10s) and reports; leave room.
@@ -664,7 +672,9 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 	}
 	image := d.agentImage(agent)
 	env := append(append(d.agentBaseEnv(home), gitIdentity(sess.Name, agent.GitAuthor)...), agentEnv(agent)...)
-	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
+	pod.Spec.Containers = []corev1.Container{{
+		// First: the kubelet starts a pod's containers in order, and this one is on the path to
+		// the agent's start.
 		Name:                     containerPrepare,
 		Image:                    image,
 		ImagePullPolicy:          d.pullPolicy(),
@@ -673,10 +683,9 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 		Env:                      d.agentBaseEnv(home),
 		VolumeMounts:             agentMounts(p, vol, home, true),
 		SecurityContext:          restrictedContainer(podUser),
-		Resources:                agentResources(agent.Resources),
+		Resources:                prepareResources(agentResources(agent.Resources)),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	})
-	pod.Spec.Containers = []corev1.Container{{
+	}, {
 		Name:                     containerAgent,
 		Image:                    image,
 		ImagePullPolicy:          d.pullPolicy(),
@@ -690,6 +699,32 @@ func (d *Deps) agentPod(sess *agentsv1alpha1.AgentSession, p *agentsv1alpha1.Pro
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}}
 	return pod, nil
+}
+
+// Requests of the checkout step beside the agent's container.
+var (
+	prepareCPURequest    = resource.MustParse("10m")
+	prepareMemoryRequest = resource.MustParse("64Mi")
+)
+
+// prepareResources are the checkout step's when it runs beside the agent's container: the
+// agent's limits, and small requests. The pod's requests are its containers' sum, so the agent's
+// requests twice would reserve a second agent's worth of the node for a step that ends before the
+// agent starts. CPU weight is shared among a pod's containers by their requests, but the agent's
+// container is idle while the checkout is made (its host waits), so the step gets the pod's whole
+// share; the pod's own share among pods still comes from the agent's requests.
+func prepareResources(agent corev1.ResourceRequirements) corev1.ResourceRequirements {
+	out := corev1.ResourceRequirements{Limits: agent.Limits.DeepCopy(), Requests: corev1.ResourceList{}}
+	for name, v := range map[corev1.ResourceName]resource.Quantity{corev1.ResourceCPU: prepareCPURequest, corev1.ResourceMemory: prepareMemoryRequest} {
+		if req, ok := agent.Requests[name]; ok && req.Cmp(v) < 0 {
+			v = req
+		}
+		if lim, ok := out.Limits[name]; ok && lim.Cmp(v) < 0 {
+			v = lim
+		}
+		out.Requests[name] = v
+	}
+	return out
 }
 
 // homePath is a home directory on the checkout's volume: agents keep their conversations there

@@ -115,6 +115,14 @@ func agentPodWith(mutate func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
+// sideBySide is an agent pod whose checkout step runs beside the agent's container.
+func sideBySide(mutate func(*corev1.Pod)) *corev1.Pod {
+	return agentPodWith(func(p *corev1.Pod) {
+		p.Spec.Containers = []corev1.Container{{Name: "prepare"}, {Name: "agent"}}
+		mutate(p)
+	})
+}
+
 func running(name string) corev1.ContainerStatus {
 	return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
 }
@@ -163,6 +171,34 @@ func TestPodEvidence(t *testing.T) {
 			p.Status.Phase = corev1.PodFailed
 			p.Status.InitContainerStatuses = []corev1.ContainerStatus{terminated("prepare", 1, "Error")}
 		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodFailed, Terminated: &lifecycle.ContainerExit{ExitCode: 1, Reason: "prepare Error"}}},
+		{"the checkout step beside the agent, still at work: the agent is not running yet", sideBySide(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("agent"), running("prepare")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodRunning}},
+		{"the checkout step has no status yet", sideBySide(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("agent")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodRunning}},
+		{"the checkout step ended well: the agent runs from its end", sideBySide(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			done := terminated("prepare", 0, "Completed")
+			done.State.Terminated.FinishedAt = metav1.NewTime(t0.Add(time.Second))
+			agent := running("agent")
+			agent.State.Running.StartedAt = metav1.NewTime(t0)
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{agent, done}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodRunning, ContainerRunning: true, Started: t0.Add(time.Second)}},
+		{"the checkout step failed: the pod failed, whatever the host still does", sideBySide(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running("agent"), terminated("prepare", 128, "Error")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodFailed, Terminated: &lifecycle.ContainerExit{ExitCode: 128, Reason: "prepare Error"}}},
+		{"the checkout step failed and the host followed: the step's exit is the news", sideBySide(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{terminated("agent", 1, "Error"), terminated("prepare", 2, "Error")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodFailed, Terminated: &lifecycle.ContainerExit{ExitCode: 2, Reason: "prepare Error"}}},
+		{"the checkout step cannot pull its image", sideBySide(func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("agent", "ErrImagePull", "agent: not found"), waiting("prepare", "ErrImagePull", "not found")}
+		}), false, lifecycle.PodEvidence{Exists: true, UID: "uid-1", Phase: lifecycle.PodPending, WaitingReason: "ErrImagePull", WaitingMessage: "prepare: not found"}},
 		{"the agent container ended", agentPodWith(func(p *corev1.Pod) {
 			p.Status.Phase = corev1.PodFailed
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{terminated("agent", 137, "OOMKilled")}
@@ -762,9 +798,7 @@ func TestAgentPod(t *testing.T) {
 	g.Expect(pod.Spec.InitContainers).To(HaveExactElements(
 		And(HaveField("Name", "runner"), HaveField("Image", "runner:1"), HaveField("RestartPolicy", HaveValue(Equal(corev1.ContainerRestartPolicyAlways))),
 			HaveField("StartupProbe.Exec.Command", ContainElements("probe", "--wait=25s")),
-			HaveField("Args", ContainElements("run", "--copy-to=/shepherd/bin/runner", "--git-config=/shepherd/bin/gitconfig"))),
-		And(HaveField("Name", "prepare"), HaveField("Image", "claude:default"), HaveField("Command", []string{"/shepherd/bin/runner"}),
-			HaveField("Args", ContainElements("prepare", "--branch=shepherd/fix", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git"))),
+			HaveField("Args", ContainElements("run", "--copy-to=/shepherd/bin/runner", "--git-config=/shepherd/bin/gitconfig", "--prepared-file=/tmp/prepared.json"))),
 	))
 	runner := pod.Spec.InitContainers[0]
 	g.Expect(runner.Env).To(ContainElements(
@@ -780,8 +814,15 @@ func TestAgentPod(t *testing.T) {
 	g.Expect(pod.Spec.Volumes).To(ContainElement(And(HaveField("Name", "model-key"), HaveField("Secret.SecretName", "llm"),
 		HaveField("Secret.Items", ConsistOf(corev1.KeyToPath{Key: "key", Path: "key"})))))
 
-	g.Expect(pod.Spec.Containers).To(HaveLen(1))
-	agent := pod.Spec.Containers[0]
+	// The checkout step first, beside the agent's container (started together, in this order).
+	g.Expect(pod.Spec.Containers).To(HaveLen(2))
+	prep := pod.Spec.Containers[0]
+	g.Expect(prep).To(And(HaveField("Name", "prepare"), HaveField("Image", "claude:default"), HaveField("Command", []string{"/shepherd/bin/runner"}),
+		HaveField("Args", ContainElements("prepare", "--branch=shepherd/fix", "--remote-url=http://127.0.0.1:8737/git/acme/widgets.git"))))
+	g.Expect(prep.Resources.Limits).To(Equal(pod.Spec.Containers[1].Resources.Limits), "the agent's limits")
+	g.Expect(prep.Resources.Requests).To(Equal(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}),
+		"small requests: the pod's requests are its containers' sum")
+	agent := pod.Spec.Containers[1]
 	g.Expect(agent.Name).To(Equal("agent"))
 	g.Expect(agent.Command).To(Equal([]string{"/shepherd/bin/runner"}))
 	g.Expect(agent.Args).To(Equal([]string{"host", "--listen=127.0.0.1:8738"}))
@@ -831,7 +872,7 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 		for _, pod := range []*corev1.Pod{agentPod, checkoutPod} {
 			expectRestricted(g, pod)
 		}
-		return []*corev1.Pod{agentPod, checkoutPod}, []corev1.Container{agentPod.Spec.InitContainers[1], agentPod.Spec.Containers[0], checkoutPod.Spec.Containers[0]}
+		return []*corev1.Pod{agentPod, checkoutPod}, []corev1.Container{agentPod.Spec.Containers[0], agentPod.Spec.Containers[1], checkoutPod.Spec.Containers[0]}
 	}
 	cacheMount := func(name, path, sub string, ro bool) corev1.VolumeMount {
 		return corev1.VolumeMount{Name: name, MountPath: path, SubPath: sub, ReadOnly: ro}
@@ -875,7 +916,7 @@ func TestPodsMountTheSharedPathsCache(t *testing.T) {
 			pod, err := d.agentPod(s, p, wt, worktreeVolume("widgets", wt, mode), mergeAgent(p.Spec.Agent, s.Spec.Agent))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(pod.Spec.Volumes).NotTo(ContainElement(projectVolume))
-			g.Expect(pod.Spec.InitContainers[1].Args).NotTo(ContainElement(HavePrefix("--shared")))
+			g.Expect(pod.Spec.Containers[0].Args).NotTo(ContainElement(HavePrefix("--shared")))
 		}
 	})
 }

@@ -215,7 +215,7 @@ var _ = Describe("Worktree lifecycle", func() {
 			return k8sClient.Get(ctx, objKey(w.ns, "adopter"), wt) == nil && wt.Spec.Adopt
 		}).Should(BeTrue())
 		pod := w.agent("adopter").pod()
-		Expect(pod.Spec.InitContainers).To(ContainElement(And(
+		Expect(pod.Spec.Containers).To(ContainElement(And(
 			HaveField("Name", "prepare"),
 			HaveField("Args", ContainElements("--adopt=true", "--branch=feature/old")),
 		)))

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,10 +61,18 @@ type Local struct {
 
 	mu       sync.Mutex
 	branch   string
+	mounted  bool
 	ready    bool
 	readyErr error
 	volume   workspace.VolumeResult
-	prepared chan workspace.Result
+	prepared chan Prepared
+}
+
+// Prepared is what the checkout step posts when it ends: its result, or why it failed.
+type Prepared struct {
+	workspace.Result
+	// Error says why no usable checkout came out; empty when one did.
+	Error string `json:"error,omitempty"`
 }
 
 // NewLocal returns the local server of a runner that reaches the manager through ch. Pushes are
@@ -77,7 +86,7 @@ func NewLocal(ch Channel) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manager URL: %w", err)
 	}
-	l := &Local{prepared: make(chan workspace.Result, 1)}
+	l := &Local{prepared: make(chan Prepared, 1)}
 	l.git = &gitproxy.Proxy{
 		Transport: client.HTTP.Transport,
 		Target: func(*http.Request) (gitproxy.Target, error) {
@@ -104,6 +113,15 @@ func (l *Local) SetBranch(b string) {
 	l.branch = b
 }
 
+// SetMounted says the directories the agent's containers mount are final (a spare moved into
+// place): the startup probe passes and the kubelet starts them, while the runner may still be
+// fetching the mirror (SetReady follows).
+func (l *Local) SetMounted() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mounted = true
+}
+
 // SetReady marks the startup done: err nil lets the checkout step go on (and tells it what the
 // runner did to the volume), an error fails it with that message.
 func (l *Local) SetReady(res workspace.VolumeResult, err error) {
@@ -112,8 +130,8 @@ func (l *Local) SetReady(res workspace.VolumeResult, err error) {
 	l.ready, l.readyErr, l.volume = true, err, res
 }
 
-// Prepared delivers the checkout step's result once.
-func (l *Local) Prepared() <-chan workspace.Result { return l.prepared }
+// Prepared delivers the checkout step's outcome once.
+func (l *Local) Prepared() <-chan Prepared { return l.prepared }
 
 // ServeHTTP implements http.Handler.
 func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +139,7 @@ func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(r.URL.Path, LocalGitPath):
 		l.git.ServeHTTP(w, r)
 	case r.URL.Path == LocalHealthzPath && r.Method == http.MethodGet:
-		l.healthz(w)
+		l.healthz(w, r.URL.Query().Get("stage") == stageMounts)
 	case r.URL.Path == LocalPreparedPath && r.Method == http.MethodPost:
 		l.postPrepared(w, r)
 	case l.Model != nil && (strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/v1beta/")):
@@ -141,11 +159,16 @@ func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (l *Local) healthz(w http.ResponseWriter) {
+// stageMounts asks the readiness check about the mounts only (the startup probe).
+const stageMounts = "mounts"
+
+func (l *Local) healthz(w http.ResponseWriter, mounts bool) {
 	l.mu.Lock()
-	ready, err, res := l.ready, l.readyErr, l.volume
+	mounted, ready, err, res := l.mounted, l.ready, l.readyErr, l.volume
 	l.mu.Unlock()
 	switch {
+	case mounts && mounted && !ready:
+		w.WriteHeader(http.StatusNoContent)
 	case !ready:
 		http.Error(w, "the runner is still preparing the volume", http.StatusServiceUnavailable)
 	case err != nil:
@@ -158,7 +181,7 @@ func (l *Local) healthz(w http.ResponseWriter) {
 }
 
 func (l *Local) postPrepared(w http.ResponseWriter, r *http.Request) {
-	var res workspace.Result
+	var res Prepared
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&res); err != nil {
 		http.Error(w, "bad result: "+err.Error(), http.StatusBadRequest)
 		return
@@ -232,10 +255,12 @@ func WaitLocal(ctx context.Context, addr string) (workspace.VolumeResult, error)
 	}
 }
 
-// Probe asks the runner's local server once whether its startup is over (a startup probe): nil
-// when the volume is ready, and also when preparing it failed, so that the checkout step starts,
-// reads why from the runner and ends the pod with it (a probe that kept failing would hold the
-// pod in its init phase, silent, for the probe's whole threshold).
+// Probe asks the runner's local server whether the agent's containers may start (a startup
+// probe): nil once the directories they mount are final (the mirror may still be fetching: the
+// checkout step waits for that with WaitLocal), and also when preparing the volume failed, so
+// that the checkout step starts, reads why from the runner and ends the pod with it (a probe
+// that kept failing would hold the pod in its init phase, silent, for the probe's whole
+// threshold).
 func Probe(ctx context.Context, addr string) error {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
@@ -257,7 +282,7 @@ func Probe(ctx context.Context, addr string) error {
 }
 
 func probeOnce(ctx context.Context, c *http.Client, addr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+LocalHealthzPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+LocalHealthzPath+"?stage="+stageMounts, nil)
 	if err != nil {
 		return err
 	}
@@ -268,22 +293,42 @@ func probeOnce(ctx context.Context, c *http.Client, addr string) error {
 	var msg [2048]byte
 	n, _ := resp.Body.Read(msg[:])
 	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusFailedDependency {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusFailedDependency {
 		return fmt.Errorf("not ready (%d): %s", resp.StatusCode, strings.TrimSpace(string(msg[:n])))
 	}
 	return nil
 }
 
-// postPrepared sends the checkout step's result to the runner, which reports it.
-func postPrepared(ctx context.Context, addr string, res *workspace.Result) error {
-	raw, err := json.Marshal(res)
+// postPrepared sends the checkout step's outcome to the runner, which reports it and starts the
+// agent (or ends the pod with the failure). A runner restarting meanwhile (a native sidecar the
+// kubelet restarts) is waited for, up to a minute.
+func postPrepared(ctx context.Context, addr string, out Prepared) error {
+	raw, err := json.Marshal(out)
 	if err != nil {
 		return err
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+LocalPreparedPath, strings.NewReader(string(raw)))
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	delay := 100 * time.Millisecond
+	for {
+		err := postOnce(ctx, c, addr, raw)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+func postOnce(ctx context.Context, c *http.Client, addr string, raw []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+LocalPreparedPath, bytes.NewReader(raw))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/clip"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 )
@@ -84,18 +85,27 @@ func Prepare(ctx context.Context, cfg PrepareConfig) (*workspace.Result, error) 
 		g.Log = cfg.Log
 		cfg.Workspace.SetupOutput = cfg.Log
 	}
+	// fail records why no checkout came out, for the controller (the result file) and for the
+	// runner, which ends the agent's container with it: the step runs beside that container.
+	fail := func(err error) (*workspace.Result, error) {
+		writeResult(cfg.ResultFile, map[string]string{"error": err.Error()})
+		if cfg.RunnerAddr != "" {
+			if perr := postPrepared(ctx, cfg.RunnerAddr, Prepared{Error: clip.To(err.Error(), 4096)}); perr != nil && cfg.Log != nil {
+				fmt.Fprintf(cfg.Log, "shepherd-runner: could not tell the runner about the failure: %v\n", perr)
+			}
+		}
+		return nil, err
+	}
 	var volume workspace.VolumeResult
 	if cfg.RunnerAddr != "" {
 		var err error
 		if volume, err = WaitLocal(ctx, cfg.RunnerAddr); err != nil {
-			writeResult(cfg.ResultFile, map[string]string{"error": err.Error()})
-			return nil, err
+			return fail(err)
 		}
 	}
 	res, err := workspace.Prepare(ctx, g, cfg.Workspace)
 	if err != nil {
-		writeResult(cfg.ResultFile, map[string]string{"error": err.Error()})
-		return nil, err
+		return fail(err)
 	}
 	// In worktree mode the runner fetched the mirror: it knows whether that was the whole
 	// repository (the manager labels the start cold or warm by it).
@@ -105,7 +115,7 @@ func Prepare(ctx context.Context, cfg PrepareConfig) (*workspace.Result, error) 
 	}
 	writeResult(cfg.ResultFile, res)
 	if cfg.RunnerAddr != "" {
-		if err := postPrepared(ctx, cfg.RunnerAddr, res); err != nil && cfg.Log != nil {
+		if err := postPrepared(ctx, cfg.RunnerAddr, Prepared{Result: *res}); err != nil && cfg.Log != nil {
 			// The checkout is ready either way; the controller also reads the result file.
 			fmt.Fprintf(cfg.Log, "shepherd-runner: could not tell the runner about the checkout: %v\n", err)
 		}

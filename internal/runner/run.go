@@ -3,6 +3,7 @@ package runner
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,10 @@ type RunConfig struct {
 	// StateDir holds the runner's own state (the conversation usage totals), out of the agent's
 	// reach; empty keeps none.
 	StateDir string
+	// PreparedFile keeps the checkout step's outcome for a restarted runner (the step posts it
+	// once): a file in the runner's scratch space, an emptyDir that outlives the container but
+	// not the pod. Empty keeps none.
+	PreparedFile string
 	// ServeOnly serves the local server (git for the checkout step) until ctx ends, with no
 	// session: a checkout pod's runner.
 	ServeOnly bool
@@ -259,7 +264,13 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	}()
 	if err := r.prepareVolume(ctx); err != nil {
 		r.rep.setActivity(agentsv1alpha1.ActivityExited, "", err.Error(), ptrInt32(1))
-		<-ctx.Done()
+		// The checkout step reads why from the local server and ends with it; then the agent's
+		// container ends too (the caller makes its host exit), and so the pod.
+		select {
+		case <-r.local.Prepared():
+		case <-ctx.Done():
+		case <-time.After(time.Minute):
+		}
 		return 1, err
 	}
 	code, err := r.start(ctx)
@@ -285,7 +296,7 @@ func (r *runner) prepareVolume(ctx context.Context) error {
 	}
 	v := *r.cfg.Volume
 	v.Remote = LocalGitURL(r.localAddr, r.repository())
-	res, err := workspace.PrepareVolume(ctx, r.localGit, v)
+	res, err := workspace.PrepareVolume(ctx, r.localGit, v, r.local.SetMounted)
 	if err != nil {
 		err = fmt.Errorf("prepare the volume: %w", err)
 		r.notef("%v", err)
@@ -303,16 +314,27 @@ func (r *runner) repository() string {
 	return ""
 }
 
-// start waits for the checkout step's result (reported as prepare's) and for the agent's
-// container, then finds the checkout's state dir through it.
+// start waits for the checkout step's outcome (it runs beside the agent's container) and for
+// the agent's container, then finds the checkout's state dir through it.
 func (r *runner) start(ctx context.Context) (int, error) {
-	select {
-	case res := <-r.local.Prepared():
-		r.reportPrepared(res)
-	case <-ctx.Done():
-		return r.stopped()
-	case <-r.hostReady(ctx):
+	var out Prepared
+	if saved, ok := r.loadPrepared(); ok {
+		// A restarted runner: the step posted to the runner before it.
+		out = saved
+	} else {
+		select {
+		case out = <-r.local.Prepared():
+			r.savePrepared(out)
+		case <-ctx.Done():
+			return r.stopped()
+		}
 	}
+	if out.Error != "" {
+		msg := "the checkout step failed: " + out.Error
+		r.rep.setActivity(agentsv1alpha1.ActivityExited, "", msg, ptrInt32(1))
+		return 1, errors.New(msg)
+	}
+	r.reportPrepared(out.Result)
 	if err := r.host.WaitReady(ctx); err != nil {
 		if ctx.Err() != nil {
 			return r.stopped()
@@ -334,16 +356,31 @@ func (r *runner) start(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
-// hostReady is closed once the agent's host answers: a pod restored after the checkout step ran
-// (it does not post again) goes on without the result.
-func (r *runner) hostReady(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		if r.host.WaitReady(ctx) == nil {
-			close(ch)
-		}
-	}()
-	return ch
+// savePrepared keeps the checkout step's outcome for a restarted runner.
+func (r *runner) savePrepared(out Prepared) {
+	if r.cfg.PreparedFile == "" {
+		return
+	}
+	raw, err := json.Marshal(out)
+	if err == nil {
+		err = os.WriteFile(r.cfg.PreparedFile, raw, 0o600)
+	}
+	if err != nil {
+		r.notef("could not keep the checkout step's outcome (a restarted runner would wait for it): %v", err)
+	}
+}
+
+// loadPrepared reads what savePrepared kept, if anything.
+func (r *runner) loadPrepared() (Prepared, bool) {
+	var out Prepared
+	if r.cfg.PreparedFile == "" {
+		return out, false
+	}
+	raw, err := os.ReadFile(r.cfg.PreparedFile)
+	if err != nil || json.Unmarshal(raw, &out) != nil {
+		return out, false
+	}
+	return out, true
 }
 
 // reportPrepared reports the checkout step's result, as the runner's own report.

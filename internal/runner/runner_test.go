@@ -109,6 +109,9 @@ type harness struct {
 	session   types.NamespacedName
 	state     string
 	root      string
+	// podTmp is the runner's scratch space: an emptyDir, which a restart of the runner's
+	// container keeps and a new pod does not.
+	podTmp string
 	checkout  string
 	mode      agentsv1alpha1.WorkspaceMode
 	branch    string
@@ -180,7 +183,7 @@ func newHarness(t *testing.T, o options) *harness {
 	t.Helper()
 	g := NewWithT(t)
 	h := &harness{t: t, session: types.NamespacedName{Namespace: "team-a", Name: "fix-widgets"}, branch: o.branch, mode: o.mode,
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, raw: &syncBuffer{}, model: o.model, agentHome: o.agentHome}
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}, raw: &syncBuffer{}, model: o.model, agentHome: o.agentHome, podTmp: t.TempDir()}
 	var err error
 	h.srv, err = gitserver.New(t.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -275,6 +278,8 @@ func (h *harness) workspaceOptions() workspace.Options {
 // start runs a pod: the runner (whose startup makes the volume ready), the checkout step once
 // the runner's startup probe would pass, and the agent container (the host, ready from then on).
 func (h *harness) start() {
+	// A new pod: a new runner scratch space.
+	_ = os.Remove(filepath.Join(h.podTmp, "prepared.json"))
 	h.startRunner()
 	res, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: h.workspaceOptions(), RunnerAddr: h.localAddr})
 	NewWithT(h.t).Expect(err).NotTo(HaveOccurred())
@@ -292,6 +297,7 @@ func (h *harness) startRunner() {
 	go func() {
 		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Listen: "127.0.0.1:0", HostAddr: h.hostAddr,
 			Volume: h.volume(), StateDir: filepath.Join(h.root, "runner", "fix-widgets"), Model: h.model, AgentHome: h.agentHome,
+			PreparedFile: filepath.Join(h.podTmp, "prepared.json"),
 			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
 			Stdout: h.stdout, Stderr: h.stderr, RawOutput: h.raw, Spares: h.spares, OnListen: func(a string) { addr <- a }})
 		h.done <- result{code, err}
@@ -687,6 +693,29 @@ func TestPrepareReportsFailedSetupAndResult(t *testing.T) {
 
 	_, err = runner.ParseSetup(`{"not":"a list"}`)
 	g.Expect(err).To(HaveOccurred())
+}
+
+// TestFailedCheckoutEndsTheAgentsContainer: the checkout step runs beside the agent's container;
+// when it fails, it tells the runner, which starts no agent, reports the failure as the agent's
+// exit and ends (its caller then ends the agent's container, and so the pod).
+func TestFailedCheckoutEndsTheAgentsContainer(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, options{agent: agentsv1alpha1.AgentClaudeCode, mode: agentsv1alpha1.WorkspaceWorktree, branch: "shepherd/fails", prompt: "x",
+		sc: scenario{Turns: []turn{{Result: "never asked"}}}})
+	h.startRunner()
+	h.ready.Store(true) // the agent's container is up beside the checkout step
+	opts := h.workspaceOptions()
+	opts.Branch = "bad..branch"
+	_, err := runner.Prepare(context.Background(), runner.PrepareConfig{Workspace: opts, RunnerAddr: h.localAddr})
+	g.Expect(err).To(HaveOccurred())
+	r := h.wait()
+	g.Expect(r.code).To(Equal(1))
+	g.Expect(r.err).To(MatchError(ContainSubstring("the checkout step failed")))
+	act := h.env.Backend.Activity(h.session)
+	g.Expect(act).NotTo(BeNil())
+	g.Expect(act.State).To(Equal(agentsv1alpha1.ActivityExited))
+	g.Expect(act.Message).To(And(ContainSubstring("the checkout step failed"), ContainSubstring("bad..branch")))
+	g.Expect(h.calls()).To(BeEmpty(), "no agent started")
 }
 
 // TestAgentPushesOnlyItsOwnBranch: an agent steered to push elsewhere (the default branch,

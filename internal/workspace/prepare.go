@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -503,30 +504,71 @@ const MirrorFetchError = "fetch the Project's mirror"
 
 // PrepareVolume fetches the mirror (worktree mode; under its lock), claims a spare for an empty
 // checkout directory (under the same lock), and makes the checkout and Dirs directories the
-// agent's containers mount. It runs no git in a repository an agent can write.
-func PrepareVolume(ctx context.Context, g *Git, v Volume) (VolumeResult, error) {
+// agent's containers mount. mounted, when set, is called once those directories are final: with
+// a mirror present, before the fetch (the kubelet starts the containers meanwhile); else at the
+// end, also after a failure. It runs no git in a repository an agent can write.
+func PrepareVolume(ctx context.Context, g *Git, v Volume, mounted func()) (VolumeResult, error) {
 	var res VolumeResult
+	// On every way out, failures included: the checkout step must start to report them.
+	signal := sync.OnceFunc(func() {
+		if mounted != nil {
+			mounted()
+		}
+	})
+	defer signal()
+	makeDirs := func() error {
+		for _, d := range append([]string{v.Checkout}, v.Dirs...) {
+			if err := makeAgentDir(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if v.Mode == agentsv1alpha1.WorkspaceWorktree {
+		_, statErr := os.Stat(filepath.Join(v.Mirror, "HEAD"))
+		if warm := statErr == nil; warm {
+			// The mirror exists (the agent's containers mount it as it is): claim the spare and make
+			// the directories first, so that the containers start while the mirror is fetched.
+			if err := claimUnderLock(ctx, v, &res); err != nil {
+				return res, err
+			}
+			if err := makeDirs(); err != nil {
+				return res, err
+			}
+			signal()
+		}
 		lock, err := AcquireLock(ctx, v.Mirror+".lock")
 		if err != nil {
 			return res, err
 		}
-		defer func() { _ = lock.Release() }()
-		if res.FullFetch, err = ensureMirror(ctx, g, v.Mirror, v.Remote); err != nil {
+		full, err := ensureMirror(ctx, g, v.Mirror, v.Remote)
+		_ = lock.Release()
+		if err != nil {
 			return res, fmt.Errorf("%s: %w", MirrorFetchError, err)
 		}
-		if v.Spares != "" && isEmptyDir(v.Checkout) {
-			if res.Claimed, err = ClaimSpare(v.Spares, v.Checkout); err != nil {
+		res.FullFetch = full
+		if !res.Claimed {
+			if err := claimUnderLock(ctx, v, &res); err != nil {
 				return res, err
 			}
 		}
 	}
-	for _, d := range append([]string{v.Checkout}, v.Dirs...) {
-		if err := makeAgentDir(d); err != nil {
-			return res, err
-		}
+	return res, makeDirs()
+}
+
+// claimUnderLock claims a spare for an empty checkout directory, under the mirror's lock (which
+// trimSpares holds when it tells half-made spares from claimed ones).
+func claimUnderLock(ctx context.Context, v Volume, res *VolumeResult) error {
+	if v.Spares == "" || !isEmptyDir(v.Checkout) {
+		return nil
 	}
-	return res, nil
+	lock, err := AcquireLock(ctx, v.Mirror+".lock")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lock.Release() }()
+	res.Claimed, err = ClaimSpare(v.Spares, v.Checkout)
+	return err
 }
 
 // isEmptyDir reports whether path is missing or an empty directory.

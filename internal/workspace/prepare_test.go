@@ -73,7 +73,7 @@ func (f *fixture) prepare(o Options) (*Result, error) {
 	var vr VolumeResult
 	if o.Mode == agentsv1alpha1.WorkspaceWorktree && o.Validate() == nil {
 		var err error
-		vr, err = PrepareVolume(ctx, f.git, Volume{Mode: o.Mode, Mirror: o.MirrorPath, Remote: o.RemoteURL, Checkout: o.Path, Spares: SpareDir(o.Path)})
+		vr, err = PrepareVolume(ctx, f.git, Volume{Mode: o.Mode, Mirror: o.MirrorPath, Remote: o.RemoteURL, Checkout: o.Path, Spares: SpareDir(o.Path)}, nil)
 		if err != nil {
 			return nil, err
 		}

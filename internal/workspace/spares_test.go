@@ -110,6 +110,51 @@ func TestSpareOnAnUnmovedBase(t *testing.T) {
 	g.Expect(f.run(t, o.Path, "status", "--porcelain")).To(BeEmpty())
 }
 
+// TestMountsAreReadyBeforeTheFetch: with the mirror present, the volume's mounts (a claimed
+// spare, the agent's directories) are final before the mirror is fetched, so that the kubelet
+// starts the agent's containers during the fetch; a new mirror is made first.
+func TestMountsAreReadyBeforeTheFetch(t *testing.T) {
+	g := NewWithT(t)
+	f, s := withSpares(t, 1)
+	oldBase := f.head
+	newBase := f.pushCommit(t, "main", "upstream.txt")
+	checkout := filepath.Join(filepath.Dir(s.Dir), "wt-1")
+	home := filepath.Join(f.root, "homes", "wt-1")
+	v := Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: s.Mirror, Remote: f.url, Checkout: checkout, Spares: s.Dir, Dirs: []string{home}}
+	calls := 0
+	res, err := PrepareVolume(context.Background(), f.git, v, func() {
+		calls++
+		g.Expect(filepath.Join(checkout, ".git")).To(BeAnExistingFile(), "the spare is in place")
+		g.Expect(home).To(BeADirectory())
+		g.Expect(f.run(t, s.Mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(oldBase), "not fetched yet")
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(calls).To(Equal(1))
+	g.Expect(res).To(Equal(VolumeResult{Claimed: true}))
+	g.Expect(f.run(t, s.Mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(newBase), "fetched after")
+
+	// A Project's first session: the mirror is made, then the mounts are ready.
+	f2 := newFixture(t)
+	mirror := filepath.Join(f2.root, "mirror.git")
+	calls = 0
+	res, err = PrepareVolume(context.Background(), f2.git, Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: mirror, Remote: f2.url,
+		Checkout: filepath.Join(f2.root, "worktrees", "a"), Spares: SpareDir(filepath.Join(f2.root, "worktrees", "a"))}, func() {
+		calls++
+		g.Expect(filepath.Join(mirror, "HEAD")).To(BeAnExistingFile())
+		g.Expect(f2.run(t, mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(f2.head))
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(calls).To(Equal(1))
+	g.Expect(res).To(Equal(VolumeResult{FullFetch: true}))
+
+	// A failure still lets the containers start (the checkout step reports it).
+	calls = 0
+	_, err = PrepareVolume(context.Background(), f2.git, Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: filepath.Join(f2.root, "other.git"),
+		Remote: "http://127.0.0.1:1/nowhere.git", Checkout: filepath.Join(f2.root, "worktrees", "b")}, func() { calls++ })
+	g.Expect(err).To(MatchError(ContainSubstring(MirrorFetchError)))
+	g.Expect(calls).To(Equal(1))
+}
+
 // TestClaimNeverTakesAFullCheckoutDir: a spare is only moved onto a missing or empty directory.
 func TestClaimNeverTakesAFullCheckoutDir(t *testing.T) {
 	g := NewWithT(t)

@@ -159,7 +159,7 @@ func trustSession(ctx context.Context, c *cluster) {
 	}
 
 	By("the attack: test/e2e/attacker in trust-a's agent container, as the agent's user")
-	Expect(podA.Spec.Containers[0].Name).To(Equal("agent"))
+	Expect(podA.Spec.Containers).To(ContainElement(HaveField("Name", "agent")))
 	out, err := kubectlIn(c, nil, "exec", "-n", p.ns, podA.Name, "-c", "agent", "--", "id", "-u")
 	Expect(err).NotTo(HaveOccurred())
 	Expect(strings.TrimSpace(out)).To(Equal("65532"))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,5 +90,7 @@ func (r *criReader) read(ctx context.Context, pod *corev1.Pod) (runtimeTimes, er
 		out.containers = append(out.containers, containerTimes{name: st.Name,
 			created: fromNanos(s.GetCreatedAt()), started: fromNanos(s.GetStartedAt()), finished: fromNanos(s.GetFinishedAt())})
 	}
+	// In the order they started (the kubelet lists a pod's containers by name).
+	slices.SortStableFunc(out.containers, func(a, b containerTimes) int { return a.started.Compare(b.started) })
 	return out, nil
 }

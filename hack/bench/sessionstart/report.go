@@ -63,21 +63,35 @@ type step struct {
 
 func positive(d time.Duration) (time.Duration, bool) { return d, d > 0 }
 
-// roles of a pod's containers: the agent is the last; Shepherd's copy-runner injects the runner;
-// every other init container makes the checkout (Shepherd's prepare; the baselines' git).
+// roles of a pod's containers, by name: the agent's; Shepherd's runner sidecar; every other one
+// makes the checkout (Shepherd's prepare, beside the agent's container; the baselines' git, an
+// init container before it). The runtime's times are sorted by start.
 func (s sample) agentContainer() (containerTimes, bool) {
-	if n := len(s.rt.containers); n > 0 && s.rt.containers[n-1].name == shepherdAgent {
-		return s.rt.containers[n-1], true
+	for _, c := range s.rt.containers {
+		if c.name == shepherdAgent {
+			return c, true
+		}
 	}
 	return containerTimes{}, false
 }
 
-// initRun sums the running time of the init containers that match.
-func (s sample) initRun(match func(name string) bool) (time.Duration, bool) {
+// checkoutContainers are the containers that make the checkout.
+func (s sample) checkoutContainers() []containerTimes {
+	var out []containerTimes
+	for _, c := range s.rt.containers {
+		if c.name != shepherdAgent && c.name != shepherdRunner {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// checkoutRun sums the running time of the containers that make the checkout.
+func (s sample) checkoutRun() (time.Duration, bool) {
 	var d time.Duration
 	found := false
-	for _, c := range s.rt.containers[:max(len(s.rt.containers)-1, 0)] {
-		if match(c.name) && !c.finished.IsZero() {
+	for _, c := range s.checkoutContainers() {
+		if !c.finished.IsZero() {
 			d += c.finished.Sub(c.started)
 			found = true
 		}
@@ -85,8 +99,24 @@ func (s sample) initRun(match func(name string) bool) (time.Duration, bool) {
 	return d, found
 }
 
+// agentReady is when the agent could start: its container started and the checkout ended.
+func (s sample) agentReady() (time.Time, bool) {
+	a, ok := s.agentContainer()
+	if !ok {
+		return time.Time{}, false
+	}
+	at := a.started
+	for _, c := range s.checkoutContainers() {
+		if c.finished.After(at) {
+			at = c.finished
+		}
+	}
+	return at, true
+}
+
 // The breakdown telescopes: the steps from "pod created" to "first output" add up to the time
-// to the agent's first output (each step's p50 need not add up to the total's p50).
+// to the agent's first output (each step's p50 need not add up to the total's p50; Shepherd's
+// checkout step and agent container start together, so there the kubelet's hand-off is none).
 var steps = []step{
 	{"create call → pod created (controllers; by hand: the API)", func(s sample) (time.Duration, bool) { return positive(s.created) }},
 	{"pod created → scheduled (scheduler; new volume: provisioning)", func(s sample) (time.Duration, bool) {
@@ -101,7 +131,7 @@ var steps = []step{
 		}
 		return s.rt.containers[0].started.Sub(s.rt.sandbox), true
 	}},
-	{"runner sidecar started → checkout started (the volume made ready, the startup probe)", func(s sample) (time.Duration, bool) {
+	{"runner sidecar started → checkout started (the volume's mounts made ready, the startup probe)", func(s sample) (time.Duration, bool) {
 		for i := 0; i+1 < len(s.rt.containers); i++ {
 			if s.rt.containers[i].name == shepherdRunner {
 				return s.rt.containers[i+1].started.Sub(s.rt.containers[i].started), true
@@ -109,27 +139,28 @@ var steps = []step{
 		}
 		return 0, false
 	}},
-	{"checkout running (Shepherd: runner prepare; by hand: git)", func(s sample) (time.Duration, bool) {
-		return s.initRun(func(n string) bool { return n != shepherdRunner })
+	{"checkout running (Shepherd: prepare, waiting for the mirror's fetch first; by hand: git)", func(s sample) (time.Duration, bool) {
+		return s.checkoutRun()
 	}},
 	{"kubelet between containers (one ends → the next starts; the sidecar: the row above)", func(s sample) (time.Duration, bool) {
 		var d time.Duration
 		n := 0
 		for i := 1; i < len(s.rt.containers); i++ {
-			if s.rt.containers[i-1].name == shepherdRunner {
-				continue
+			prev, cur := s.rt.containers[i-1], s.rt.containers[i]
+			if prev.name == shepherdRunner || prev.finished.IsZero() || cur.started.Before(prev.finished) {
+				continue // started beside it, not after it
 			}
-			d += s.rt.containers[i].started.Sub(s.rt.containers[i-1].finished)
+			d += cur.started.Sub(prev.finished)
 			n++
 		}
 		return d, n > 0
 	}},
-	{"agent container started → agent's first output", func(s sample) (time.Duration, bool) {
-		a, ok := s.agentContainer()
+	{"checkout done and agent container up → agent's first output", func(s sample) (time.Duration, bool) {
+		at, ok := s.agentReady()
 		if !ok {
 			return 0, false
 		}
-		return s.agent - since(s.t0, a.started), true
+		return s.agent - since(s.t0, at), true
 	}},
 	{"agent's first output → session Working (report, status)", func(s sample) (time.Duration, bool) {
 		return s.working - s.agent, s.working > 0

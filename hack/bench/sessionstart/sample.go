@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,7 +120,8 @@ func (b *bench) agentLine(ctx context.Context, pod, container string) (time.Time
 		if err == nil {
 			for _, line := range strings.Split(string(raw), "\n") {
 				ts, text, ok := strings.Cut(line, " ")
-				if !ok || !strings.Contains(text, `"subtype":"init"`) {
+				// The CLI's own init event (a bare pod), or the runner's transcript line for it.
+				if !ok || !strings.Contains(text, `"subtype":"init"`) && !strings.Contains(text, " · conversation ") {
 					continue
 				}
 				t, err := time.Parse(time.RFC3339Nano, ts)
@@ -189,7 +191,8 @@ func prepareResult(pod *corev1.Pod) (fullFetch, spare *bool) {
 	if pod == nil {
 		return nil, nil
 	}
-	for _, st := range pod.Status.InitContainerStatuses {
+	// Beside the agent's container; an init container in pods of older managers.
+	for _, st := range append(slices.Clone(pod.Status.ContainerStatuses), pod.Status.InitContainerStatuses...) {
 		if st.Name != shepherdPrepare || st.State.Terminated == nil {
 			continue
 		}
