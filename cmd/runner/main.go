@@ -313,7 +313,7 @@ func host(ctx context.Context, args []string) (int, error) {
 func probe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ExitOnError)
 	addr := fs.String("addr", runner.DefaultListen, "the runner's local server")
-	wait := fs.Duration("wait", 4*time.Second, "how long to wait for the runner to be ready before failing (keep it under the probe's timeoutSeconds)")
+	wait := fs.Duration("wait", 4*time.Second, "how long to wait for the runner's mounts to be ready before failing (the runner container's postStart hook)")
 	_ = fs.Parse(args)
 	ctx, cancel := context.WithTimeout(ctx, *wait)
 	defer cancel()

@@ -269,17 +269,16 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 		VolumeMounts:    d.runnerMounts(pod),
 		SecurityContext: restrictedContainer(runnerUser),
 		Resources:       runnerResources(),
-		// The checkout step starts once the runner made the volume ready (the mirror fetched, the
-		// agent's directories made, a spare moved into place): the kubelet mounts the checkout's
-		// directory into it when it starts, so the directory must be there, and final, by then.
-		// The probe waits (up to 25s) for that rather than answering at once, so the checkout
-		// step starts the moment the volume is ready, not at the next probe.
-		StartupProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{runnerImageBinary, "probe", "--addr=" + runnerListen, "--wait=25s"}}},
-			PeriodSeconds:    1,
-			TimeoutSeconds:   30,
-			FailureThreshold: 240, // two hours for a first fetch of a large repository
-		},
+		// The agent's containers start once the runner made what they mount final (a spare
+		// moved into place, their directories made): the kubelet bind-mounts a directory when
+		// the container starts, so it must be there, and final, by then. A postStart hook, not a
+		// startup probe: the kubelet starts the next containers only once the hook returned, and
+		// it returns the moment the runner is ready (milliseconds: the mirror's fetch comes
+		// after), where a probe runs on a ticker of its own (up to a second more, on top of the
+		// kubelet's relist).
+		Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{runnerImageBinary, "probe", "--addr=" + runnerListen, "--wait=" + mountsWait}},
+		}},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}}
 	if sc := p.Spec.Scheduling; sc != nil {
@@ -295,6 +294,10 @@ func (d *Deps) basePod(name, namespace string, labels map[string]string, p *agen
 	}
 	return pod
 }
+
+// mountsWait bounds the runner's postStart hook: the mounts take milliseconds; a runner not
+// ready by then is restarted by the kubelet (the hook failed), which retries the claim.
+const mountsWait = "60s"
 
 // runnerImageBinary is the runner in its own image.
 const runnerImageBinary = "/usr/local/bin/shepherd-runner"

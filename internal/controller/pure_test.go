@@ -340,6 +340,48 @@ func wtScope(mutate func(*worktreeScope)) *worktreeScope {
 	return s
 }
 
+// TestResultMayFollow: a session's pod being deleted before the kubelet said its checkout step
+// ended (its runner reported, the session was stopped at once) may still bring the result; the
+// Worktree waits for it rather than making the checkout again, but not past the pod's grace
+// period and half a minute.
+func TestResultMayFollow(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	deleting := func(at time.Time, phase corev1.PodPhase) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &metav1.Time{Time: at}}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	cases := []struct {
+		name  string
+		scope func(*worktreeScope)
+		want  bool
+	}{
+		{"no pod", func(*worktreeScope) {}, false},
+		{"a running pod: it prepares (activeSessionPods)", func(s *worktreeScope) {
+			s.sessionPods = []corev1.Pod{{Status: corev1.PodStatus{Phase: corev1.PodRunning}}}
+		}, false},
+		{"a pod going away, in its grace period", func(s *worktreeScope) {
+			s.sessionPods = []corev1.Pod{deleting(now.Add(20*time.Second), corev1.PodRunning)}
+		}, true},
+		{"a pod going away, just after its grace period", func(s *worktreeScope) {
+			s.sessionPods = []corev1.Pod{deleting(now.Add(-20*time.Second), corev1.PodRunning)}
+		}, true},
+		{"a pod stuck going away", func(s *worktreeScope) {
+			s.sessionPods = []corev1.Pod{deleting(now.Add(-time.Minute), corev1.PodRunning)}
+		}, false},
+		{"a pod that ended says no more", func(s *worktreeScope) {
+			s.sessionPods = []corev1.Pod{deleting(now.Add(20*time.Second), corev1.PodFailed)}
+		}, false},
+		{"the result is there", func(s *worktreeScope) {
+			s.sessionPods = []corev1.Pod{deleting(now.Add(20*time.Second), corev1.PodRunning)}
+			s.result, s.hasRes = checkoutResult{OK: true, fromAgent: true}, true
+		}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			NewWithT(t).Expect(wtScope(c.scope).resultMayFollow(now)).To(Equal(c.want))
+		})
+	}
+}
+
 func TestWorktreePhase(t *testing.T) {
 	ok := checkoutResult{OK: true, Result: workspace.Result{Facts: workspace.Facts{Head: "0123456789abcdef"}}, Generation: 1}
 	failed := checkoutResult{Error: "branch exists", Generation: 1}
@@ -797,7 +839,8 @@ func TestAgentPod(t *testing.T) {
 	g.Expect(pod.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
 	g.Expect(pod.Spec.InitContainers).To(HaveExactElements(
 		And(HaveField("Name", "runner"), HaveField("Image", "runner:1"), HaveField("RestartPolicy", HaveValue(Equal(corev1.ContainerRestartPolicyAlways))),
-			HaveField("StartupProbe.Exec.Command", ContainElements("probe", "--wait=25s")),
+			HaveField("StartupProbe", BeNil()),
+			HaveField("Lifecycle.PostStart.Exec.Command", ContainElements("/usr/local/bin/shepherd-runner", "probe", "--wait=60s")),
 			HaveField("Args", ContainElements("run", "--copy-to=/shepherd/bin/runner", "--git-config=/shepherd/bin/gitconfig", "--prepared-file=/tmp/prepared.json"))),
 	))
 	runner := pod.Spec.InitContainers[0]

@@ -255,6 +255,29 @@ func (s *worktreeScope) activeSessionPods() bool {
 	return false
 }
 
+// resultMayFollow reports whether, with no result yet, a session's pod that is being deleted
+// and has not ended may still report its checkout step's: until its grace period is over, and
+// half a minute more for the kubelet's last word (a pod stuck on a lost node does not hold the
+// checkout up for ever). Pure.
+func (s *worktreeScope) resultMayFollow(now time.Time) bool {
+	if s.hasRes {
+		return false
+	}
+	for _, p := range s.sessionPods {
+		if p.DeletionTimestamp.IsZero() || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if now.Before(p.DeletionTimestamp.Add(resultGrace)) {
+			return true
+		}
+	}
+	return false
+}
+
+// resultGrace is how long after a deleted session pod's grace period the Worktree still waits
+// for its last status.
+const resultGrace = 30 * time.Second
+
 // sessionWillPrepare reports whether a bound session is about to run an agent pod: it is new or
 // holds a slot, and is neither stopped nor finished.
 func (s *worktreeScope) sessionWillPrepare() bool {
@@ -334,7 +357,15 @@ func (r *WorktreeReconciler) reconcilePresent(ctx context.Context, s *worktreeSc
 		return r.deletePod(ctx, s.wtPod, "the Worktree is Present again")
 	}
 	if s.activeSessionPods() {
-		// The session's pod prepares the checkout; its result lands in its init container.
+		// The session's pod prepares the checkout; its result lands in its checkout step's
+		// container status.
+		return nil
+	}
+	if s.resultMayFollow(r.now()) {
+		// A session's pod is going away: its last status may still bring the checkout step's
+		// result (its runner can report, and the session be stopped, before the kubelet said the
+		// step ended). A pod of our own now would only make the checkout again.
+		s.requeue = minRequeue
 		return nil
 	}
 	if phase, _ := worktreePhase(s.wt, s); phase == agentsv1alpha1.WorktreeReady || phase == agentsv1alpha1.WorktreeFailed {

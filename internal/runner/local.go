@@ -255,19 +255,17 @@ func WaitLocal(ctx context.Context, addr string) (workspace.VolumeResult, error)
 	}
 }
 
-// Probe asks the runner's local server whether the agent's containers may start (a startup
-// probe): nil once the directories they mount are final (the mirror may still be fetching: the
-// checkout step waits for that with WaitLocal), and also when preparing the volume failed, so
-// that the checkout step starts, reads why from the runner and ends the pod with it (a probe
-// that kept failing would hold the pod in its init phase, silent, for the probe's whole
-// threshold).
+// Probe waits until the runner's local server says the agent's containers may start (the
+// runner container's postStart hook, which holds them back until it returns): nil once the
+// directories they mount are final (the mirror may still be fetching: the checkout step waits
+// for that with WaitLocal), and also when preparing the volume failed, so that the checkout
+// step starts, reads why from the runner and ends the pod with it (a hook that failed would
+// only restart the runner).
 func Probe(ctx context.Context, addr string) error {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	c := &http.Client{Transport: tr, Timeout: 2 * time.Second}
-	// The probe waits for the volume rather than answering at once: the kubelet probes once a
-	// second at best, and a probe that answers the moment the runner is ready starts the
-	// checkout step that moment (a probe result makes the kubelet sync the pod).
+	// Polled every 20 ms on loopback: the hook returns the moment the runner is ready.
 	for {
 		err := probeOnce(ctx, c, addr)
 		if err == nil {

@@ -126,6 +126,12 @@ func checkoutDigest(ctx context.Context, g *workspace.Git, dir string) string {
 	if err != nil {
 		return ""
 	}
+	return digestOf(head, status, stat)
+}
+
+// digestOf is checkoutDigest's hash of what git said: HEAD, the status, the diff's numstat (a
+// clean checkout: the last two empty).
+func digestOf(head, status, stat string) string {
 	h := sha256.Sum256([]byte(head + "\x00" + status + "\x00" + stat))
 	return hex.EncodeToString(h[:16])
 }

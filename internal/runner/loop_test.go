@@ -77,6 +77,14 @@ func TestCheckoutDigest(t *testing.T) {
 	if d0 == "" || checkoutDigest(ctx, g, dir) != d0 {
 		t.Fatal("the digest of an untouched checkout changes")
 	}
+	// The first turn takes a clean checkout's digest from the checkout step's facts: the same.
+	facts, err := workspace.ReadFacts(ctx, g, dir)
+	if err != nil || facts.Dirty {
+		t.Fatalf("facts of the clean checkout: %+v, %v", facts, err)
+	}
+	if digestOf(facts.Head, "", "") != d0 {
+		t.Fatal("a clean checkout's digest from its facts differs from git's")
+	}
 	w.turnEnded(d0, checkoutDigest(ctx, g, dir))
 	w.turnEnded(d0, checkoutDigest(ctx, g, dir))
 	if w.unchanged != 2 {

@@ -119,10 +119,16 @@ func (c *RunConfig) defaults() {
 
 // runner holds one `runner run`.
 type runner struct {
-	cfg    RunConfig
-	client *runnerapi.Client
-	local  *Local
-	host   *agenthost.Client
+	cfg RunConfig
+	// mounts is what PrepareMounts did first (the agent's containers may start from then on),
+	// mountsErr why it failed; prepareVolume finishes the volume from there.
+	mounts    workspace.VolumeResult
+	mountsErr error
+	// fresh are the facts the checkout step just posted, until the first turn used them.
+	fresh *workspace.Facts
+	client    *runnerapi.Client
+	local     *Local
+	host      *agenthost.Client
 	// loops counts repeated tool failures and turns without a change.
 	loops loopWatch
 	// modelProxy is the model API proxy, when the Project has one.
@@ -210,6 +216,13 @@ func Run(ctx context.Context, cfg RunConfig) (int, error) {
 	r := &runner{cfg: cfg, client: client, local: local, host: agenthost.NewClient(cfg.HostAddr), localAddr: addr.String(),
 		localGit: LocalGit(cfg.GitPath, cfg.Stderr), modelProxy: model, sparesDone: make(chan struct{})}
 	r.git = HostGit(r.host)
+	if cfg.Volume != nil {
+		// First of all: what the agent's containers mount (a spare claimed, the directories
+		// made). The runner container's postStart hook returns on it, and the kubelet starts
+		// those containers while the runner fetches its task and the mirror.
+		r.mounts, r.mountsErr = workspace.PrepareMounts(ctx, *cfg.Volume)
+		local.SetMounted() // a failure too: the checkout step then reads and reports it
+	}
 	if cfg.ServeOnly {
 		// A failure is noted and served to the checkout step, which reports it.
 		_ = r.prepareVolume(ctx)
@@ -296,7 +309,10 @@ func (r *runner) prepareVolume(ctx context.Context) error {
 	}
 	v := *r.cfg.Volume
 	v.Remote = LocalGitURL(r.localAddr, r.repository())
-	res, err := workspace.PrepareVolume(ctx, r.localGit, v, r.local.SetMounted)
+	res, err := r.mounts, r.mountsErr
+	if err == nil {
+		res, err = workspace.FinishVolume(ctx, r.localGit, v, res)
+	}
 	if err != nil {
 		err = fmt.Errorf("prepare the volume: %w", err)
 		r.notef("%v", err)
@@ -325,6 +341,7 @@ func (r *runner) start(ctx context.Context) (int, error) {
 		select {
 		case out = <-r.local.Prepared():
 			r.savePrepared(out)
+			r.fresh = &out.Facts
 		case <-ctx.Done():
 			return r.stopped()
 		}
@@ -341,15 +358,24 @@ func (r *runner) start(ctx context.Context) (int, error) {
 		}
 		return 1, err
 	}
-	gitDir, err := r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "--absolute-git-dir")
-	if err != nil {
-		return 1, fmt.Errorf("the workdir is not a prepared checkout: %w", err)
+	// The checkout step said where the git directory is and which branch it checked out: what
+	// git would say through the host, from the same (the agent's) domain, without two more git
+	// processes on the way to the agent's start.
+	gitDir, branch := out.GitDir, out.Facts.Branch
+	if gitDir == "" {
+		var err error
+		if gitDir, err = r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "--absolute-git-dir"); err != nil {
+			return 1, fmt.Errorf("the workdir is not a prepared checkout: %w", err)
+		}
 	}
 	r.agentStateDir = filepath.Join(workspace.StateDir(gitDir), "agent")
 	if _, err := r.host.Dir(ctx, r.agentStateDir); err != nil {
 		return 1, fmt.Errorf("create agent state dir: %w", err)
 	}
-	if branch, _ := r.git.Run(ctx, r.cfg.Workdir, "symbolic-ref", "--quiet", "--short", "HEAD"); branch != r.task.Branch {
+	if branch == "" {
+		branch, _ = r.git.Run(ctx, r.cfg.Workdir, "symbolic-ref", "--quiet", "--short", "HEAD")
+	}
+	if branch != r.task.Branch {
 		return 1, fmt.Errorf("the checkout is on %q, not on the session's branch %q; run prepare first", branch, r.task.Branch)
 	}
 	r.sessionID, r.pr = r.task.AgentSessionID, r.task.PullRequest
@@ -569,8 +595,17 @@ func (r *runner) turn(ctx context.Context, prompt string, resume bool, started f
 			return 1, true, fmt.Errorf("make %s in the agent's container: %w", d, err)
 		}
 	}
-	headBefore, _ := r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "HEAD")
-	stateBefore := checkoutDigest(ctx, r.git, r.cfg.Workdir)
+	var headBefore, stateBefore string
+	if f := r.fresh; f != nil && !f.Dirty && f.Head != "" {
+		// The first turn on a checkout the checkout step has just read, clean, and nothing has
+		// touched since: what git would say, without four git processes (two of them reading
+		// every file of the checkout) before the agent starts.
+		headBefore, stateBefore = f.Head, digestOf(f.Head, "", "")
+	} else {
+		headBefore, _ = r.git.Run(ctx, r.cfg.Workdir, "rev-parse", "HEAD")
+		stateBefore = checkoutDigest(ctx, r.git, r.cfg.Workdir)
+	}
+	r.fresh = nil
 	r.rep.setActivity(agentsv1alpha1.ActivityActive, "", "", nil)
 	r.tr.startTurn(prompt)
 

@@ -111,12 +111,12 @@ type harness struct {
 	root      string
 	// podTmp is the runner's scratch space: an emptyDir, which a restart of the runner's
 	// container keeps and a new pod does not.
-	podTmp string
-	checkout  string
-	mode      agentsv1alpha1.WorkspaceMode
-	branch    string
-	stdout    *syncBuffer
-	stderr    *syncBuffer
+	podTmp   string
+	checkout string
+	mode     agentsv1alpha1.WorkspaceMode
+	branch   string
+	stdout   *syncBuffer
+	stderr   *syncBuffer
 	// raw is the CLI's own output (RunConfig.RawOutput).
 	raw    *syncBuffer
 	cancel context.CancelFunc
@@ -298,7 +298,7 @@ func (h *harness) startRunner() {
 		code, err := runner.Run(ctx, runner.RunConfig{Workdir: h.checkout, Channel: h.channel(), Listen: "127.0.0.1:0", HostAddr: h.hostAddr,
 			Volume: h.volume(), StateDir: filepath.Join(h.root, "runner", "fix-widgets"), Model: h.model, AgentHome: h.agentHome,
 			PreparedFile: filepath.Join(h.podTmp, "prepared.json"),
-			Debounce: 20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
+			Debounce:     20 * time.Millisecond, Heartbeat: time.Hour, PollWait: 20 * time.Second, StopGrace: 2 * time.Second, PublishRetry: 200 * time.Millisecond,
 			Stdout: h.stdout, Stderr: h.stderr, RawOutput: h.raw, Spares: h.spares, OnListen: func(a string) { addr <- a }})
 		h.done <- result{code, err}
 	}()

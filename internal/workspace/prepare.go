@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
@@ -61,6 +60,8 @@ type Result struct {
 	FullFetch bool `json:"fullFetch,omitempty"`
 	// Spare is true when the checkout was a spare worktree made ahead of time (spares.go).
 	Spare bool `json:"spare,omitempty"`
+	// GitDir is the checkout's git directory (absolute), where StateDir is.
+	GitDir string `json:"gitDir,omitempty"`
 	// BranchAction says how the branch came to be checked out: created, adopted, existing.
 	BranchAction string      `json:"branchAction"`
 	Setup        SetupResult `json:"setup"`
@@ -155,6 +156,7 @@ func Prepare(ctx context.Context, g *Git, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	res.GitDir = gitDir
 	setupOut := o.SetupOutput
 	if setupOut == nil {
 		setupOut = io.Discard
@@ -504,56 +506,73 @@ const MirrorFetchError = "fetch the Project's mirror"
 
 // PrepareVolume fetches the mirror (worktree mode; under its lock), claims a spare for an empty
 // checkout directory (under the same lock), and makes the checkout and Dirs directories the
-// agent's containers mount. mounted, when set, is called once those directories are final: with
-// a mirror present, before the fetch (the kubelet starts the containers meanwhile); else at the
-// end, also after a failure. It runs no git in a repository an agent can write.
+// agent's containers mount. mounted, when set, is called once those directories are final,
+// before the fetch (the kubelet starts the containers meanwhile), or after a failure. It runs no
+// git in a repository an agent can write. It is PrepareMounts then FinishVolume.
 func PrepareVolume(ctx context.Context, g *Git, v Volume, mounted func()) (VolumeResult, error) {
+	res, err := PrepareMounts(ctx, v)
+	if mounted != nil {
+		// Failures included: the checkout step must start to report them.
+		mounted()
+	}
+	if err != nil {
+		return res, err
+	}
+	return FinishVolume(ctx, g, v, res)
+}
+
+// PrepareMounts makes final what the agent's containers mount: in worktree mode the mirror's
+// directory (empty when the Project has no mirror yet: FinishVolume makes it there, so the
+// containers' read-only mount of it is the same directory) and a spare claimed for an empty
+// checkout directory; the checkout's and Dirs' directories. It fetches nothing and needs no
+// remote, so a runner does it before anything else, and the agent's containers start while the
+// mirror is fetched.
+func PrepareMounts(ctx context.Context, v Volume) (VolumeResult, error) {
 	var res VolumeResult
-	// On every way out, failures included: the checkout step must start to report them.
-	signal := sync.OnceFunc(func() {
-		if mounted != nil {
-			mounted()
-		}
-	})
-	defer signal()
-	makeDirs := func() error {
-		for _, d := range append([]string{v.Checkout}, v.Dirs...) {
-			if err := makeAgentDir(d); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	if v.Mode == agentsv1alpha1.WorkspaceWorktree {
-		_, statErr := os.Stat(filepath.Join(v.Mirror, "HEAD"))
-		if warm := statErr == nil; warm {
-			// The mirror exists (the agent's containers mount it as it is): claim the spare and make
-			// the directories first, so that the containers start while the mirror is fetched.
+		switch _, err := os.Stat(filepath.Join(v.Mirror, "HEAD")); {
+		case err == nil:
 			if err := claimUnderLock(ctx, v, &res); err != nil {
 				return res, err
 			}
-			if err := makeDirs(); err != nil {
-				return res, err
+		case errors.Is(err, os.ErrNotExist):
+			// No mirror, so no spare: its directory, for the mounts.
+			if err := os.MkdirAll(v.Mirror, 0o775); err != nil {
+				return res, fmt.Errorf("make the mirror's directory: %w", err)
 			}
-			signal()
-		}
-		lock, err := AcquireLock(ctx, v.Mirror+".lock")
-		if err != nil {
-			return res, err
-		}
-		full, err := ensureMirror(ctx, g, v.Mirror, v.Remote)
-		_ = lock.Release()
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", MirrorFetchError, err)
-		}
-		res.FullFetch = full
-		if !res.Claimed {
-			if err := claimUnderLock(ctx, v, &res); err != nil {
-				return res, err
-			}
+		default:
+			return res, fmt.Errorf("stat mirror: %w", err)
 		}
 	}
-	return res, makeDirs()
+	return res, makeDirs(v)
+}
+
+// FinishVolume fetches the mirror (worktree mode; made in its directory when new) after
+// PrepareMounts (res is what it did). It claims nothing: a spare renamed onto the checkout's
+// directory after a container mounted it would not be what that container sees.
+func FinishVolume(ctx context.Context, g *Git, v Volume, res VolumeResult) (VolumeResult, error) {
+	if v.Mode != agentsv1alpha1.WorkspaceWorktree {
+		return res, nil
+	}
+	lock, err := AcquireLock(ctx, v.Mirror+".lock")
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = lock.Release() }()
+	if res.FullFetch, err = ensureMirror(ctx, g, v.Mirror, v.Remote); err != nil {
+		return res, fmt.Errorf("%s: %w", MirrorFetchError, err)
+	}
+	return res, nil
+}
+
+// makeDirs makes the checkout's and v.Dirs' directories for the agent's containers.
+func makeDirs(v Volume) error {
+	for _, d := range append([]string{v.Checkout}, v.Dirs...) {
+		if err := makeAgentDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // claimUnderLock claims a spare for an empty checkout directory, under the mirror's lock (which

@@ -110,9 +110,9 @@ func TestSpareOnAnUnmovedBase(t *testing.T) {
 	g.Expect(f.run(t, o.Path, "status", "--porcelain")).To(BeEmpty())
 }
 
-// TestMountsAreReadyBeforeTheFetch: with the mirror present, the volume's mounts (a claimed
-// spare, the agent's directories) are final before the mirror is fetched, so that the kubelet
-// starts the agent's containers during the fetch; a new mirror is made first.
+// TestMountsAreReadyBeforeTheFetch: the volume's mounts (a claimed spare, the agent's
+// directories, the mirror's directory) are final before the mirror is fetched or made, so that
+// the kubelet starts the agent's containers meanwhile.
 func TestMountsAreReadyBeforeTheFetch(t *testing.T) {
 	g := NewWithT(t)
 	f, s := withSpares(t, 1)
@@ -133,19 +133,28 @@ func TestMountsAreReadyBeforeTheFetch(t *testing.T) {
 	g.Expect(res).To(Equal(VolumeResult{Claimed: true}))
 	g.Expect(f.run(t, s.Mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(newBase), "fetched after")
 
-	// A Project's first session: the mirror is made, then the mounts are ready.
+	// A Project's first session: the mounts are ready at once, the mirror's directory empty; the
+	// mirror is made in that very directory (what the containers mount), after.
 	f2 := newFixture(t)
 	mirror := filepath.Join(f2.root, "mirror.git")
+	var mirrorDir os.FileInfo
 	calls = 0
 	res, err = PrepareVolume(context.Background(), f2.git, Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: mirror, Remote: f2.url,
 		Checkout: filepath.Join(f2.root, "worktrees", "a"), Spares: SpareDir(filepath.Join(f2.root, "worktrees", "a"))}, func() {
 		calls++
-		g.Expect(filepath.Join(mirror, "HEAD")).To(BeAnExistingFile())
-		g.Expect(f2.run(t, mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(f2.head))
+		entries, err := os.ReadDir(mirror)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(entries).To(BeEmpty())
+		mirrorDir, _ = os.Stat(mirror)
+		g.Expect(filepath.Join(f2.root, "worktrees", "a")).To(BeADirectory())
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(calls).To(Equal(1))
 	g.Expect(res).To(Equal(VolumeResult{FullFetch: true}))
+	g.Expect(f2.run(t, mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(f2.head))
+	now, err := os.Stat(mirror)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.SameFile(mirrorDir, now)).To(BeTrue(), "the directory the containers mount")
 
 	// A failure still lets the containers start (the checkout step reports it).
 	calls = 0
@@ -153,6 +162,33 @@ func TestMountsAreReadyBeforeTheFetch(t *testing.T) {
 		Remote: "http://127.0.0.1:1/nowhere.git", Checkout: filepath.Join(f2.root, "worktrees", "b")}, func() { calls++ })
 	g.Expect(err).To(MatchError(ContainSubstring(MirrorFetchError)))
 	g.Expect(calls).To(Equal(1))
+}
+
+// TestNoClaimOnceMounted: once the mounts are final (the agent's containers may have mounted the
+// empty checkout directory), a spare made meanwhile is not renamed onto it: the containers would
+// not see it. The checkout step makes the checkout in the directory they mount.
+func TestNoClaimOnceMounted(t *testing.T) {
+	g := NewWithT(t)
+	f, s := spareFixture(t)
+	checkout := filepath.Join(filepath.Dir(s.Dir), "wt-late")
+	v := Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: s.Mirror, Remote: f.url, Checkout: checkout, Spares: s.Dir}
+	res, err := PrepareMounts(context.Background(), v)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Claimed).To(BeFalse(), "no spare yet")
+	dir, err := os.Stat(checkout)
+	g.Expect(err).NotTo(HaveOccurred())
+	s.Count = 1
+	made, err := FillSpares(context.Background(), f.git, s)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(made).To(Equal(1))
+	res, err = FinishVolume(context.Background(), f.git, v, res)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Claimed).To(BeFalse())
+	again, err := os.Stat(checkout)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.SameFile(dir, again)).To(BeTrue(), "the directory the containers mount")
+	ready, _ := readySpares(s.Dir)
+	g.Expect(ready).To(HaveLen(1), "the spare waits for the next session")
 }
 
 // TestClaimNeverTakesAFullCheckoutDir: a spare is only moved onto a missing or empty directory.

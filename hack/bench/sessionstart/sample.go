@@ -179,7 +179,18 @@ func (b *bench) sessionSample(ctx context.Context, group, project, name string) 
 		return s, err
 	}
 	s.agent = at.Sub(s.t0)
-	pt, _ = b.pods.find(match)
+	// The runner starts the agent on the checkout step's word, which comes before the kubelet's
+	// (its status of the step's end): wait for that, for the step's result and times.
+	stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if done, err := b.pods.waitFor(stepCtx, match, func(p podTimes) bool {
+		full, _ := prepareResult(p.last)
+		return full != nil
+	}); err == nil {
+		pt = done
+	} else {
+		pt, _ = b.pods.find(match)
+	}
+	cancel()
 	b.fill(ctx, &s, pt)
 	s.fullFetch, s.spare = prepareResult(pt.last)
 	return s, nil
