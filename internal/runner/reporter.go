@@ -20,7 +20,10 @@ import (
 
 // reporter turns what the runner observes into reports. Activity state transitions are sent
 // each, in order; everything else (activity time, session id, usage) is coalesced and sent at
-// most once per debounce interval; a heartbeat tells the manager the runner is alive.
+// most once per debounce interval; a heartbeat tells the manager the runner is alive. A state
+// transition cuts the debounce wait short once per interval (at most two sends per interval):
+// the agent's start, right after the checkout's report, is the session's Working, not a second
+// later.
 type reporter struct {
 	client    *runnerapi.Client
 	debounce  time.Duration
@@ -42,12 +45,13 @@ type reporter struct {
 	dirty        bool
 	activitySeen bool
 	kick         chan struct{}
+	urgent       chan struct{}
 	sendMu       sync.Mutex
 }
 
 func newReporter(c *runnerapi.Client, task *runnerapi.Task, debounce, heartbeat time.Duration, log io.Writer) *reporter {
 	r := &reporter{client: c, debounce: debounce, heartbeat: heartbeat, log: log, seq: task.LastSequence,
-		turns: task.Usage.Turns, kick: make(chan struct{}, 1),
+		turns: task.Usage.Turns, kick: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
 		agentInfo: runnerapi.AgentReport{SessionID: task.AgentSessionID}}
 	if cost, err := strconv.ParseFloat(task.Usage.CostUSD, 64); err == nil {
 		r.usage.CostUSD = cost
@@ -101,6 +105,10 @@ func (r *reporter) setActivity(state agentsv1alpha1.ActivityState, question, mes
 		r.queue = append(r.queue, r.snapshot(true))
 		r.dirty = false
 		r.signal()
+		select {
+		case r.urgent <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -140,12 +148,25 @@ func (r *reporter) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
+			// What this flush sends is no longer urgent.
+			select {
+			case <-r.urgent:
+			default:
+			}
 			r.flush(ctx)
-			// Coalesce what arrives during the debounce interval into the next report.
+			// Coalesce what arrives during the debounce interval into the next report; a state
+			// transition goes out at once, then the interval starts again.
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(r.debounce):
+			case <-r.urgent:
+				r.flush(ctx)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(r.debounce):
+				}
 			}
 		case <-hb.C:
 			r.mu.Lock()
