@@ -12,6 +12,7 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/metrics"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 )
 
 // setStatus writes the decision and the controller's own bookkeeping onto the status. It is a
@@ -81,26 +82,35 @@ func (r *AgentSessionReconciler) observe(s *sessionScope, orig *agentsv1alpha1.A
 	}
 	r.Metrics.ObserveSessionWrite(metrics.SessionWrite{
 		Created: s.sess.CreationTimestamp.Time, Before: &orig.Status, After: &s.sess.Status,
-		Checkout: checkoutOf(s.pod), Now: r.now(), ConfiguredModel: s.agent.Model,
+		Checkout: checkoutOf(s.pod, s.report.Workspace), Now: r.now(), ConfiguredModel: s.agent.Model,
 	})
 }
 
-// checkoutOf says how the checkout the agent pod runs in was made, from what its prepare step
+// checkoutOf says how the checkout the agent pod runs in was made, from what its checkout step
 // reported: cold when it fetched the repository whole (it created the Project's mirror, or cloned
 // with no mirror to borrow from), warm when it restored a checkout or added one from a present
-// mirror. Pure.
-func checkoutOf(pod *corev1.Pod) metrics.Checkout {
+// mirror. The step's container status says it; until the kubelet has written that (the runner,
+// told by the step, reports first), the runner's report of the step's result does. Pure.
+func checkoutOf(pod *corev1.Pod, ws *runnerapi.WorkspaceReport) metrics.Checkout {
 	if pod == nil {
 		return metrics.CheckoutUnknown
 	}
 	res, ok := agentPrepareResult(pod)
 	switch {
-	case !ok || !res.OK || res.Result.Path == "":
-		return metrics.CheckoutUnknown
-	case res.Result.FullFetch:
-		return metrics.CheckoutCold
+	case ok && res.OK && res.Result.Path != "":
+		if res.Result.FullFetch {
+			return metrics.CheckoutCold
+		}
+		return metrics.CheckoutWarm
+	case ok:
+		return metrics.CheckoutUnknown // failed, or no readable result
+	case ws != nil && ws.Path != "" && !ws.Missing:
+		if ws.FullFetch {
+			return metrics.CheckoutCold
+		}
+		return metrics.CheckoutWarm
 	}
-	return metrics.CheckoutWarm
+	return metrics.CheckoutUnknown
 }
 
 // afterWrite runs once the status is written: the log line and events of the decision, then its

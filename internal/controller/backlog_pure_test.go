@@ -14,6 +14,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/metrics"
+	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 	"github.com/shepherd-dev/shepherd/internal/tracker"
 	"github.com/shepherd-dev/shepherd/internal/workspace"
 	. "github.com/shepherd-dev/shepherd/test/builders"
@@ -277,13 +278,19 @@ func TestCheckoutOf(t *testing.T) {
 		return string(b)
 	}
 	g := NewWithT(t)
-	g.Expect(checkoutOf(nil)).To(Equal(metrics.CheckoutUnknown))
-	g.Expect(checkoutOf(pod(result(workspace.Result{FullFetch: true}), 0))).To(Equal(metrics.CheckoutCold))
-	g.Expect(checkoutOf(pod(result(workspace.Result{}), 0))).To(Equal(metrics.CheckoutWarm))
-	g.Expect(checkoutOf(pod(result(workspace.Result{Restored: true}), 0))).To(Equal(metrics.CheckoutWarm))
-	g.Expect(checkoutOf(pod("", 0))).To(Equal(metrics.CheckoutUnknown), "no readable result")
-	g.Expect(checkoutOf(oldPod(result(workspace.Result{FullFetch: true})))).To(Equal(metrics.CheckoutCold), "an init container's result")
-	g.Expect(checkoutOf(&corev1.Pod{})).To(Equal(metrics.CheckoutUnknown), "prepare has not finished")
+	g.Expect(checkoutOf(nil, nil)).To(Equal(metrics.CheckoutUnknown))
+	g.Expect(checkoutOf(pod(result(workspace.Result{FullFetch: true}), 0), nil)).To(Equal(metrics.CheckoutCold))
+	g.Expect(checkoutOf(pod(result(workspace.Result{}), 0), nil)).To(Equal(metrics.CheckoutWarm))
+	g.Expect(checkoutOf(pod(result(workspace.Result{Restored: true}), 0), nil)).To(Equal(metrics.CheckoutWarm))
+	g.Expect(checkoutOf(pod("", 0), nil)).To(Equal(metrics.CheckoutUnknown), "no readable result")
+	g.Expect(checkoutOf(oldPod(result(workspace.Result{FullFetch: true})), nil)).To(Equal(metrics.CheckoutCold), "an init container's result")
+	g.Expect(checkoutOf(&corev1.Pod{}, nil)).To(Equal(metrics.CheckoutUnknown), "prepare has not finished")
+	// The runner, told by the checkout step, reports before the kubelet writes the step's end.
+	g.Expect(checkoutOf(&corev1.Pod{}, &runnerapi.WorkspaceReport{Path: "/w", FullFetch: true})).To(Equal(metrics.CheckoutCold))
+	g.Expect(checkoutOf(&corev1.Pod{}, &runnerapi.WorkspaceReport{Path: "/w"})).To(Equal(metrics.CheckoutWarm))
+	g.Expect(checkoutOf(&corev1.Pod{}, &runnerapi.WorkspaceReport{Path: "/w", Missing: true})).To(Equal(metrics.CheckoutUnknown))
+	g.Expect(checkoutOf(pod(result(workspace.Result{}), 0), &runnerapi.WorkspaceReport{Path: "/w", FullFetch: true})).To(Equal(metrics.CheckoutWarm),
+		"the step's own result first")
 }
 
 func TestReportOutcome(t *testing.T) {

@@ -413,7 +413,7 @@ func (r *runner) loadPrepared() (Prepared, bool) {
 func (r *runner) reportPrepared(res workspace.Result) {
 	r.rep.update(func() {
 		r.rep.workspace = workspaceReport(res.Facts, res.Path)
-		r.rep.workspace.Restored = res.Restored
+		r.rep.workspace.Restored, r.rep.workspace.FullFetch = res.Restored, res.FullFetch
 		r.rep.workspace.Setup = &runnerapi.SetupReport{State: res.Setup.State, FailedCommand: res.Setup.FailedCommand,
 			Error: clip.To(res.Setup.Error, 4096)}
 	})

@@ -210,13 +210,16 @@ type MeteredModel struct {
 
 // WorkspaceReport mirrors the facts of api WorktreeStatus.
 type WorkspaceReport struct {
-	Path            string       `json:"path,omitempty"`
-	Branch          string       `json:"branch,omitempty"`
-	Head            string       `json:"head,omitempty"`
-	Dirty           bool         `json:"dirty"`
-	UnpushedCommits int32        `json:"unpushedCommits"`
-	Restored        bool         `json:"restored,omitempty"`
-	Setup           *SetupReport `json:"setup,omitempty"`
+	Path            string `json:"path,omitempty"`
+	Branch          string `json:"branch,omitempty"`
+	Head            string `json:"head,omitempty"`
+	Dirty           bool   `json:"dirty"`
+	UnpushedCommits int32  `json:"unpushedCommits"`
+	Restored        bool   `json:"restored,omitempty"`
+	// FullFetch: the checkout step fetched the repository whole (a new mirror, or a clone with
+	// none to borrow from); the manager labels the start cold by it.
+	FullFetch bool         `json:"fullFetch,omitempty"`
+	Setup     *SetupReport `json:"setup,omitempty"`
 	// Missing is true when the checkout's directory is gone while the agent works in it (deleted
 	// outside Shepherd); the other facts are then empty.
 	Missing bool `json:"missing,omitempty"`
