@@ -131,7 +131,7 @@ var steps = []step{
 		}
 		return s.rt.containers[0].started.Sub(s.rt.sandbox), true
 	}},
-	{"runner sidecar started → checkout started (the volume's mounts made ready, the startup probe)", func(s sample) (time.Duration, bool) {
+	{"runner sidecar started → checkout started (the volume's mounts made ready, the postStart hook)", func(s sample) (time.Duration, bool) {
 		for i := 0; i+1 < len(s.rt.containers); i++ {
 			if s.rt.containers[i].name == shepherdRunner {
 				return s.rt.containers[i+1].started.Sub(s.rt.containers[i].started), true
@@ -181,7 +181,7 @@ func (b *bench) report(took time.Duration) {
 		b.o.spec.Files, b.o.spec.Commits, b.packMB)
 	fmt.Fprintf(w, "  forge       the fake GitHub on the node's IP (git smart HTTP through the real git http-backend, loopback speed); baselines: test/gitserver on the same files\n")
 	fmt.Fprintf(w, "  workspace   mode Worktree: the Project's volume (StorageClass shepherd-local, a directory on this disk) holds the mirror;\n")
-	fmt.Fprintf(w, "              each session: mirror fetch + git worktree add (checkout.workers=0) in the prepare init container;\n")
+	fmt.Fprintf(w, "              each session: mirror fetch + git worktree add (checkout.workers=0) in the prepare container;\n")
 	fmt.Fprintf(w, "              spare: spec.workspace.spareWorktrees=%d, the prepare claims a spare worktree instead of adding one\n", b.o.spares)
 	fmt.Fprintf(w, "  agent       %s: test/fakeagent as Claude Code (prints its init event, then sleeps); runner %s\n", testAgentImage, runnerImage)
 	fmt.Fprintf(w, "  resources   agent pods request cpu %s (spec.agent.resources; the baselines' pods the same), no limit\n", b.o.cpu.String())
