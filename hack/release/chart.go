@@ -190,6 +190,8 @@ type scope struct {
 
 // templatize turns o into its template in place.
 func templatize(t *tpl, o object, sc scope, labelsArg string) error {
+	kind, name := str(o, "kind"), str(o, "metadata", "name")
+	shardNames(t, o, sc)
 	meta := child(o, "metadata")
 	switch ns := str(o, "metadata", "namespace"); {
 	case sc.ns != "":
@@ -205,7 +207,7 @@ func templatize(t *tpl, o object, sc scope, labelsArg string) error {
 			}
 		}
 	}
-	switch kind, name := str(o, "kind"), str(o, "metadata", "name"); {
+	switch {
 	case kind == "APIService":
 		// The UI's APIService names the release's Service.
 		if svc := child(o, "spec", "service"); svc["namespace"] == installNamespace {
@@ -234,6 +236,41 @@ func templatize(t *tpl, o object, sc scope, labelsArg string) error {
 		})] = nil
 	}
 	return nil
+}
+
+// shardNames gives Shepherd's objects outside the release's namespace (cluster-scoped, or in a
+// fixed namespace such as default) the shard's suffix (.Values.shard; none when empty), and the
+// role references to them, so that shards installed side by side each own theirs.
+func shardNames(t *tpl, o object, sc scope) {
+	shard := func(name string) string {
+		return t.inline(fmt.Sprintf("include %q (list $ %q)", "shepherd.shardName", name))
+	}
+	kind, name, ns := str(o, "kind"), str(o, "metadata", "name"), str(o, "metadata", "namespace")
+	clusterScoped := kind == "ClusterRole" || kind == "ClusterRoleBinding"
+	fixedNS := sc.ns == "" && ns != "" && ns != installNamespace
+	if !strings.HasPrefix(name, "shepherd-") || !clusterScoped && !fixedNS || kind == "ConfigMap" {
+		// argocd-cm and the Grafana dashboard keep their names: one shard enables them.
+		if rr, ok := o["roleRef"].(map[string]any); ok {
+			shardRoleRef(rr, fixedNS, shard)
+		}
+		return
+	}
+	child(o, "metadata")["name"] = shard(name)
+	if rr, ok := o["roleRef"].(map[string]any); ok {
+		shardRoleRef(rr, fixedNS, shard)
+	}
+}
+
+// shardRoleRef suffixes a role reference to one of Shepherd's ClusterRoles, or to its Role in a
+// fixed namespace.
+func shardRoleRef(rr map[string]any, fixedNS bool, shard func(string) string) {
+	name, _ := rr["name"].(string)
+	if !strings.HasPrefix(name, "shepherd-") {
+		return
+	}
+	if rr["kind"] == "ClusterRole" || rr["kind"] == "Role" && fixedNS {
+		rr["name"] = shard(name)
+	}
 }
 
 // templatizeDeployment substitutes a Deployment's replicas, image, pull policy, resources,
@@ -323,6 +360,10 @@ func installObjects(cluster, namespaced []object) ([]chartObject, []object, erro
 		}
 		if str(o, "kind") == "NetworkPolicy" {
 			conds = append(conds, "$.Values.networkPolicy.enabled")
+		}
+		if str(o, "kind") == "APIService" {
+			// One per cluster (its name is the API's group and version): the unsharded install's.
+			conds = append(conds, "not $.Values.shard")
 		}
 		switch len(conds) {
 		case 0:

@@ -254,6 +254,8 @@ func checkMatrixCase(g Gomega, name, file string) {
 	switch name {
 	case "default":
 		g.Expect(kinds).NotTo(HaveKey("PodDisruptionBudget"))
+		g.Expect(kinds["APIService"]).To(HaveLen(1), "the unsharded install serves the dashboard's API")
+		g.Expect(kinds["ClusterRole"]).To(ContainElement("/shepherd-manager-role"), "no shard, no suffix")
 		g.Expect(kinds["ClusterRoleBinding"]).To(ContainElement("/shepherd-manager-rolebinding"))
 		g.Expect(mgr).To(ContainSubstring(`"--leader-elect"`))
 		g.Expect(mgr).NotTo(ContainSubstring("--watch-namespaces"))
@@ -288,6 +290,56 @@ func checkMatrixCase(g Gomega, name, file string) {
 	}
 }
 
+// TestChartShardsInstallSideBySide: two releases of the chart, each a shard of the cluster on
+// its own namespaces, installed by Helm on one API server. Helm refuses to install an object
+// another release owns, so both installing shows that they share nothing but the CRDs; each
+// shard's bindings name its own roles; the dashboard's aggregated API (one per cluster) is the
+// unsharded install's alone; uninstalling one shard leaves the other whole.
+func TestChartShardsInstallSideBySide(t *testing.T) {
+	g := NewWithT(t)
+	c := startCluster(t)
+	c.must("apply", "--server-side", "-f", filepath.Join(chartPath(), "crds"))
+	for _, ns := range []string{"shepherd-a", "shepherd-b", "team-a", "team-b"} {
+		c.must("create", "namespace", ns)
+	}
+	for _, shard := range []string{"a", "b"} {
+		values := map[string]any{"shard": shard, "watchNamespaces": []string{"team-" + shard}}
+		out, err := runHelm(t, values, "install", "shepherd", chartPath(), "-n", "shepherd-"+shard, "--kubeconfig", c.kubeconfig, "--skip-crds")
+		g.Expect(err).NotTo(HaveOccurred(), "shard %s: %s", shard, out)
+		manifest, err := runHelm(t, nil, "get", "manifest", "shepherd", "-n", "shepherd-"+shard, "--kubeconfig", c.kubeconfig)
+		g.Expect(err).NotTo(HaveOccurred(), manifest)
+		objs, err := splitObjects([]byte(manifest))
+		g.Expect(err).NotTo(HaveOccurred())
+		roles := map[string]bool{}
+		for _, o := range objs {
+			if k := str(o, "kind"); k == "ClusterRole" || k == "Role" {
+				roles[k+"/"+str(o, "metadata", "name")] = true
+			}
+		}
+		for _, o := range objs {
+			kind, name, ns := str(o, "kind"), str(o, "metadata", "name"), str(o, "metadata", "namespace")
+			g.Expect(kind).NotTo(Equal("APIService"), "shard %s: the aggregated API is one per cluster", shard)
+			if ns == "" || ns != "shepherd-"+shard && ns != "team-"+shard {
+				// Outside the shard's own namespaces: its name says whose it is.
+				g.Expect(name).To(HaveSuffix("-"+shard), "shard %s: %s %s/%s", shard, kind, ns, name)
+			}
+			if rr, ok := o["roleRef"].(map[string]any); ok && strings.HasPrefix(rr["name"].(string), "shepherd-") {
+				g.Expect(roles).To(HaveKey(rr["kind"].(string)+"/"+rr["name"].(string)), "shard %s: %s %s/%s binds a role of its own release", shard, kind, ns, name)
+			}
+		}
+	}
+	g.Expect(c.must("get", "clusterroles", "-o", "name")).To(And(
+		ContainSubstring("clusterrole.rbac.authorization.k8s.io/shepherd-manager-role-a"),
+		ContainSubstring("clusterrole.rbac.authorization.k8s.io/shepherd-manager-role-b")))
+	out, err := runHelm(t, nil, "uninstall", "shepherd", "-n", "shepherd-a", "--kubeconfig", c.kubeconfig)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	left := c.must("get", "clusterroles,clusterrolebindings", "-o", "name")
+	g.Expect(left).NotTo(ContainSubstring("shepherd-manager-role-a"))
+	g.Expect(left).To(And(ContainSubstring("clusterrole.rbac.authorization.k8s.io/shepherd-manager-role-b"),
+		ContainSubstring("clusterrolebinding.rbac.authorization.k8s.io/shepherd-manager-cluster-b")))
+	g.Expect(c.must("get", "rolebindings", "-n", "team-b", "-o", "name")).To(ContainSubstring("shepherd-manager"))
+}
+
 // Values the chart refuses, each with a message that says what to fix.
 func TestChartRefusesBadValues(t *testing.T) {
 	for name, c := range map[string]struct {
@@ -303,6 +355,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"a route without a gateway":     {map[string]any{"webhooks": map[string]any{"httpRoute": map[string]any{"enabled": true}}}, "parentRefs must name the Gateway"},
 		"a CIDR that is not one":        {map[string]any{"egress": map[string]any{"deniedCIDRs": []string{"169.254.0.0"}}}, "deniedCIDRs"},
 		"a flag that is not one":        {map[string]any{"manager": map[string]any{"extraArgs": []string{"rm -rf /"}}}, "extraArgs"},
+		"a shard watching everything":   {map[string]any{"shard": "a"}, "shard needs watchNamespaces"},
+		"a shard that is no label":      {map[string]any{"shard": "Shard_A", "watchNamespaces": []string{"team-a"}}, "shard"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)

@@ -24,6 +24,24 @@ app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
 {{- end }}
 
 {{/*
+shepherd.shardName: the name of one of Shepherd's objects outside the release's namespace
+(cluster-scoped, or in a fixed namespace such as default), with "-<shard>" when .Values.shard is
+set, so that shards installed side by side each own theirs. Argument: (list $ "name").
+*/}}
+{{- define "shepherd.shardName" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- if $root.Values.shard -}}
+{{- if not $root.Values.watchNamespaces -}}
+{{- fail "shard needs watchNamespaces: a shard reconciles its own namespaces; a cluster-wide manager would reconcile every other shard's sessions too" -}}
+{{- end -}}
+{{- printf "%s-%s" $name $root.Values.shard -}}
+{{- else -}}
+{{- $name -}}
+{{- end -}}
+{{- end }}
+
+{{/*
 shepherd.image: <registry>/<repository>:<tag>[@<digest>] of one of .Values.images' entries.
 Argument: (list $ $.Values.images.<name>).
 */}}
