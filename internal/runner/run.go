@@ -125,10 +125,10 @@ type runner struct {
 	mounts    workspace.VolumeResult
 	mountsErr error
 	// fresh are the facts the checkout step just posted, until the first turn used them.
-	fresh *workspace.Facts
-	client    *runnerapi.Client
-	local     *Local
-	host      *agenthost.Client
+	fresh  *workspace.Facts
+	client *runnerapi.Client
+	local  *Local
+	host   *agenthost.Client
 	// loops counts repeated tool failures and turns without a change.
 	loops loopWatch
 	// modelProxy is the model API proxy, when the Project has one.
