@@ -203,23 +203,28 @@ func initDone(p *corev1.Pod, result any) {
 		b, _ := json.Marshal(r)
 		msg = string(b)
 	}
-	p.Status.InitContainerStatuses = nil
-	for _, c := range p.Spec.InitContainers {
-		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}}
-		if c.Name == "runner" {
-			// The native sidecar runs beside the agent.
-			st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
-			st.Started = ptr.To(true)
-		}
-		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, st)
-	}
+	initStatuses(p, now)
 	p.Status.ContainerStatuses = nil
 	for _, c := range p.Spec.Containers {
 		if c.Name == "prepare" {
 			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: msg, FinishedAt: now}}})
 		}
+	}
+}
+
+// initStatuses marks a pod's init containers as the kubelet shows them once the pod runs: the
+// runner (a native sidecar) running beside the agent, any other completed.
+func initStatuses(p *corev1.Pod, now metav1.Time) {
+	p.Status.InitContainerStatuses = nil
+	for _, c := range p.Spec.InitContainers {
+		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}}
+		if c.Name == "runner" {
+			st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+			st.Started = ptr.To(true)
+		}
+		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, st)
 	}
 }
 

@@ -54,16 +54,7 @@ func playKubelet(pod *corev1.Pod, prepared *workspace.Result, running bool) {
 		}
 		now := metav1.Now()
 		p.Status.Phase = corev1.PodRunning
-		p.Status.InitContainerStatuses = nil
-		for _, c := range p.Spec.InitContainers {
-			st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
-				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}}
-			if c.Name == "runner" {
-				st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
-				st.Started = ptr.To(true)
-			}
-			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, st)
-		}
+		initStatuses(p, now)
 		p.Status.ContainerStatuses = nil
 		for _, c := range p.Spec.Containers {
 			st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: running}

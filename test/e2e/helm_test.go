@@ -10,9 +10,12 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/shepherd-dev/shepherd/internal/controller"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
@@ -51,9 +54,15 @@ func (c *cluster) helm(args ...string) (string, error) {
 // managerRolledOut waits until the manager Deployment runs its current template, Ready.
 func managerRolledOut(ctx context.Context, c *cluster) *appsv1.Deployment {
 	GinkgoHelper()
+	return managerRolledOutIn(ctx, c, managerNamespace)
+}
+
+// managerRolledOutIn is managerRolledOut for the manager of namespace ns (a shard's).
+func managerRolledOutIn(ctx context.Context, c *cluster, ns string) *appsv1.Deployment {
+	GinkgoHelper()
 	dep := &appsv1.Deployment{}
 	Eventually(func(g Gomega) {
-		g.Expect(c.client.Get(ctx, client.ObjectKey{Namespace: managerNamespace, Name: managerDeployment}, dep)).To(Succeed())
+		g.Expect(c.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: managerDeployment}, dep)).To(Succeed())
 		g.Expect(dep.Status.ObservedGeneration).To(Equal(dep.Generation))
 		g.Expect(dep.Status.UpdatedReplicas).To(Equal(*dep.Spec.Replicas))
 		g.Expect(dep.Status.ReadyReplicas).To(Equal(*dep.Spec.Replicas))
@@ -145,4 +154,78 @@ func helmLifecycle(ctx context.Context, c *cluster) {
 	list, err := c.helm("list", "-A", "-q")
 	Expect(err).NotTo(HaveOccurred())
 	Expect(strings.TrimSpace(list)).To(BeEmpty(), "no release is left")
+
+	helmShards(ctx, c, chart, helmValues)
+}
+
+// helmShards installs two shards of the chart side by side, each in a namespace of its own and
+// watching one team's namespace (docs/operations.md#shards-several-managers-on-one-cluster):
+// both managers lead with a Lease each, each takes a whole session in its own team's namespace
+// to its merge, neither touches the other's, and uninstalling both leaves nothing.
+func helmShards(ctx context.Context, c *cluster, chart string, helmValues []string) {
+	shards := []string{"a", "b"}
+	release := func(s string) string { return "shepherd-shard-" + s }
+	team := func(s string) string { return "e2e-team-" + s }
+	By("two shards: a release in shepherd-shard-a watching e2e-team-a, one in shepherd-shard-b watching e2e-team-b")
+	for _, s := range shards {
+		for _, ns := range []string{release(s), team(s)} {
+			Expect(c.client.Create(ctx, scenario.RestrictedNamespace(ns))).To(Succeed())
+			DeferCleanup(func() { _ = c.client.Delete(context.Background(), scenario.RestrictedNamespace(ns)) })
+		}
+		_, err := c.helm(append([]string{"install", "shepherd", chart, "-n", release(s), "--skip-crds", "--wait", "--timeout", "5m",
+			"--set", "shard=" + s, "--set", "watchNamespaces={" + team(s) + "}"}, helmValues...)...)
+		Expect(err).NotTo(HaveOccurred())
+	}
+	holders := map[string]string{}
+	for _, s := range shards {
+		dep := managerRolledOutIn(ctx, c, release(s))
+		Expect(dep.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--watch-namespaces=" + team(s)))
+		Eventually(func(g Gomega) {
+			var leases coordinationv1.LeaseList
+			g.Expect(c.client.List(ctx, &leases, client.InNamespace(release(s)))).To(Succeed())
+			g.Expect(leases.Items).To(HaveLen(1), "one Lease per shard, in its namespace")
+			holder := ptr.Deref(leases.Items[0].Spec.HolderIdentity, "")
+			g.Expect(holder).To(HavePrefix(managerDeployment+"-"), "held by a pod of the shard's manager")
+			holders[s] = holder
+		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	}
+	Expect(holders["a"]).NotTo(Equal(holders["b"]), "each shard leads on its own")
+	for _, s := range shards {
+		// A namespaced install's manager may still write its own pod: the leader labels it as
+		// the UI's (it could not before: a RoleBinding per watched namespace only).
+		Eventually(func(g Gomega) {
+			var pods corev1.PodList
+			g.Expect(c.client.List(ctx, &pods, client.InNamespace(release(s)), client.MatchingLabels{controller.LabelUIServing: "true"})).To(Succeed())
+			g.Expect(pods.Items).To(HaveLen(1))
+			g.Expect(holders[s]).To(HavePrefix(pods.Items[0].Name+"_"), "the leader serves the UI")
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+	}
+
+	for _, s := range shards {
+		By("shard " + s + ": a whole session in " + team(s) + ", through its own manager, to its merge")
+		gh, err := scenario.StartFakeGitHub(scenario.FakeGitHubOptions{Host: nodeIP(ctx, c), Dir: GinkgoT().TempDir()})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(gh.Close)
+		sess := playScenario(ctx, c, gh, playOptions{pollInterval: time.Minute, namespace: team(s), managerNamespace: release(s)})
+		checkSessionEnd(ctx, c, sess)
+	}
+
+	By("neither shard touched the other's namespace: each manager's log names only its own team")
+	for i, s := range shards {
+		other := team(shards[1-i])
+		logs, err := c.kubectl("logs", "-n", release(s), "deployment/"+managerDeployment, "--tail=-1")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(logs).To(ContainSubstring(`"namespace":"`+team(s)+`"`), "shard %s logged its own sessions", s)
+		Expect(logs).NotTo(ContainSubstring(other), "shard %s never named %s", s, other)
+		Expect(logs).NotTo(ContainSubstring("forbidden"), "shard %s lacked no right it needs", s)
+	}
+
+	By("uninstalling both shards leaves no object of either, cluster-wide")
+	for _, s := range shards {
+		_, err := c.helm("uninstall", "shepherd", "-n", release(s), "--wait", "--timeout", "5m")
+		Expect(err).NotTo(HaveOccurred())
+	}
+	left, err := c.kubectl("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/part-of=shepherd", "-o", "name")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(strings.TrimSpace(left)).To(BeEmpty())
 }

@@ -52,6 +52,10 @@ type playOptions struct {
 	project func(*agentsv1alpha1.ProjectSpec)
 	// custom runs test/customagent/agent.sh as a custom agent instead (it calls no model).
 	custom bool
+	// namespace, when set, is the existing namespace the session runs in (a new one otherwise);
+	// managerNamespace, when set, is where the manager that serves it runs (a shard's release
+	// namespace; shepherd-system otherwise).
+	namespace, managerNamespace string
 }
 
 // playScenario serves the scripted model and a notification receiver on the node IP, applies
@@ -74,9 +78,15 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 	DeferCleanup(notices.Close)
 
 	By("applying config/samples/demo (Secrets, Project) for " + forge.Name())
-	ns := restrictedNamespace(ctx, c, "e2e-session-")
-	// Best effort: after a failure the suite's AfterAll may already have stopped the cluster.
-	DeferCleanup(func() { _ = c.client.Delete(context.Background(), ns) })
+	var ns *corev1.Namespace
+	if opts.namespace != "" {
+		ns = &corev1.Namespace{}
+		Expect(c.client.Get(ctx, client.ObjectKey{Name: opts.namespace}, ns)).To(Succeed())
+	} else {
+		ns = restrictedNamespace(ctx, c, "e2e-session-")
+		// Best effort: after a failure the suite's AfterAll may already have stopped the cluster.
+		DeferCleanup(func() { _ = c.client.Delete(context.Background(), ns) })
+	}
 	m, err := scenario.Render(filepath.Join(repoRoot(), "config", "samples", "demo"), ns.Name,
 		scenario.ValuesFor(forge, model.URL(), notices.URL(), host, opts.pollInterval))
 	Expect(err).NotTo(HaveOccurred())
@@ -100,7 +110,11 @@ func playScenario(ctx context.Context, c *cluster, forge scenario.Forge, opts pl
 	if opts.project != nil {
 		opts.project(&m.Project.Spec)
 	}
-	webhookURL, err := scenario.WebhookURL(ctx, c.client, client.ObjectKeyFromObject(m.Project))
+	managerNS := scenario.ManagerNamespace
+	if opts.managerNamespace != "" {
+		managerNS = opts.managerNamespace
+	}
+	webhookURL, err := scenario.WebhookURLIn(ctx, c.client, managerNS, client.ObjectKeyFromObject(m.Project))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(forge.HookTo(ctx, webhookURL)).To(Succeed())
 	Expect(m.ApplySetup(ctx, c.client)).To(Succeed())

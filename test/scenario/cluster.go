@@ -56,12 +56,17 @@ func NodeIP(ctx context.Context, cl client.Reader) (string, error) {
 // Service's cluster IP, which the machine reaches through kube-proxy: where the forges on the
 // node deliver that Project's webhooks.
 func WebhookURL(ctx context.Context, cl client.Reader, project types.NamespacedName) (string, error) {
+	return WebhookURLIn(ctx, cl, ManagerNamespace, project)
+}
+
+// WebhookURLIn is WebhookURL for a manager in managerNS (a shard's release namespace).
+func WebhookURLIn(ctx context.Context, cl client.Reader, managerNS string, project types.NamespacedName) (string, error) {
 	svc := &corev1.Service{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: ManagerNamespace, Name: WebhooksService}, svc); err != nil {
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: managerNS, Name: WebhooksService}, svc); err != nil {
 		return "", fmt.Errorf("the manager's webhooks Service: %w", err)
 	}
 	if len(svc.Spec.Ports) == 0 || svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
-		return "", fmt.Errorf("service %s/%s has no cluster IP and port", ManagerNamespace, WebhooksService)
+		return "", fmt.Errorf("service %s/%s has no cluster IP and port", managerNS, WebhooksService)
 	}
 	return fmt.Sprintf("http://%s%s", net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))), webhook.ProjectPath(project)), nil
 }
