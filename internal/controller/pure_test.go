@@ -340,32 +340,6 @@ func wtScope(mutate func(*worktreeScope)) *worktreeScope {
 	return s
 }
 
-// TestQuietDeadline: a session's new Worktree stays quiet 30 s from its creation while its pod
-// is not seen, 30 s from the pod's start once the kubelet took it, and up to 10 minutes while
-// the pod waits to start (a fan-out's pods wait minutes for the scheduler and the kubelets).
-func TestQuietDeadline(t *testing.T) {
-	created := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	started := func(at time.Time) corev1.Pod {
-		return corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &metav1.Time{Time: at}}}
-	}
-	pending := corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}
-	cases := []struct {
-		name string
-		pods []corev1.Pod
-		want time.Time
-	}{
-		{"no pod seen yet", nil, created.Add(30 * time.Second)},
-		{"the pod waits to start", []corev1.Pod{pending}, created.Add(10 * time.Minute)},
-		{"the pod started a minute later", []corev1.Pod{started(created.Add(time.Minute))}, created.Add(90 * time.Second)},
-		{"a start before the creation (a clock apart)", []corev1.Pod{started(created.Add(-time.Second))}, created.Add(30 * time.Second)},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			NewWithT(t).Expect(quietDeadline(created, c.pods)).To(Equal(c.want))
-		})
-	}
-}
-
 // TestResultMayFollow: a session's pod being deleted before the kubelet said its checkout step
 // ended (its runner reported, the session was stopped at once) may still bring the result; the
 // Worktree waits for it rather than making the checkout again, but not past the pod's grace

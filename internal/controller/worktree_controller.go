@@ -186,7 +186,7 @@ func (r *WorktreeReconciler) observe(ctx context.Context, s *worktreeScope) erro
 }
 
 // firstStatusWait is how long a session's new Worktree may go without a status while its
-// session's pod prepares it (from the pod's start; see quietDeadline).
+// session's pod prepares it.
 const firstStatusWait = 30 * time.Second
 
 // quietStart reports whether the first status of a Worktree is not written yet, and when to look
@@ -194,9 +194,9 @@ const firstStatusWait = 30 * time.Second
 // Worktree) is preparing it or about to, has nothing to say before the prepare's result but "Pending,
 // preparing the checkout", which its session already says ("Waiting for the workspace"): its
 // first status is written with the result, or firstStatusWait after it was created, or as
-// soon as anything else is to be said (an error, a blocked deletion, another phase); a pod that
-// waits to start extends the wait (quietDeadline). In a fan-out that is one stored write less per
-// session (issue 23). A Worktree a user applies is always written at once. Pure.
+// soon as anything else is to be said (an error, a blocked deletion, another phase). In a
+// fan-out that is one stored write less per session (issue 23). A Worktree a user applies is
+// always written at once. Pure.
 func quietStart(orig, now *agentsv1alpha1.Worktree, s *worktreeScope, err error, at time.Time) (time.Duration, bool) {
 	if err != nil || orig.Status.Phase != "" || orig.Status.ObservedGeneration != 0 || now.Status.Phase != agentsv1alpha1.WorktreePending ||
 		now.Labels[agentsv1alpha1.LabelSession] == "" || !now.DeletionTimestamp.IsZero() || s.project == nil || s.blocked != "" ||
@@ -211,37 +211,12 @@ func quietStart(orig, now *agentsv1alpha1.Worktree, s *worktreeScope, err error,
 			return 0, false
 		}
 	}
-	left := quietDeadline(now.CreationTimestamp.Time, s.sessionPods).Sub(at)
+	// The Worktree's age: its pod is made right after it (the cache may not show it yet).
+	left := now.CreationTimestamp.Add(firstStatusWait).Sub(at)
 	if left <= 0 {
 		return 0, false
 	}
 	return left, true
-}
-
-// unstartedWait bounds a session's new Worktree's quiet start while its pod has not started at
-// all: in a fan-out the pods wait minutes for the scheduler and the kubelets (a p50 of 1 m 14 s
-// at N=1000 on the development machine), and a status written then says only what the session
-// already says, one more write each (issue 23). A pod that never starts is the session's news
-// (Unschedulable, the spawn deadline).
-const unstartedWait = 10 * time.Minute
-
-// quietDeadline is when a session's new Worktree's quiet start ends: firstStatusWait after its
-// creation while its pod is not seen yet (the cache may lag: the pod is made right after the
-// Worktree); firstStatusWait after the pod started (the kubelet took it: its checkout step
-// runs); unstartedWait after its creation while the pod waits to start. Pure.
-func quietDeadline(created time.Time, pods []corev1.Pod) time.Time {
-	if len(pods) == 0 {
-		return created.Add(firstStatusWait)
-	}
-	for _, p := range pods {
-		if st := p.Status.StartTime; st != nil {
-			if st.After(created) {
-				return st.Add(firstStatusWait)
-			}
-			return created.Add(firstStatusWait)
-		}
-	}
-	return created.Add(unstartedWait)
 }
 
 // checkoutLost reports whether result, newer than what the status last observed, made the
