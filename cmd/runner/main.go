@@ -86,9 +86,9 @@ func usage() {
   copy-self   copy this binary into a shared volume (init container)
   run         the runner's container: serve git and the model API to the pod, keep the mirror,
               run the agent's turns, report to the manager, push and request the PR
-  prepare     make or restore the checkout and run the setup commands (init container, as the agent)
+  prepare     make or restore the checkout and run the setup commands (beside the agent's container, as the agent)
   host        the agent container's main process: run programs for the runner, as the agent
-  probe       the runner container's startup probe: succeeds once the volume is ready
+  probe       the runner container's postStart hook: succeeds once the agent's mounts are ready
   remove      remove a checkout's files
 Run 'runner <subcommand> -h' for its flags; docs/runner.md explains them.`)
 }
@@ -223,7 +223,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	gitConfig := fs.String("git-config", env("SHEPHERD_GIT_CONFIG", ""), "first write the agent containers' system git configuration here (env SHEPHERD_GIT_CONFIG)")
 	ch := channelFlags(fs)
 	_ = fs.Parse(args)
-	// Before anything is served: the startup probe, and so the agent's containers, wait for the
+	// Before anything is served: the postStart hook, and so the agent's containers, wait for the
 	// local server, which starts after these.
 	if *gitConfig != "" {
 		if err := runner.WriteAgentGitConfig(*gitConfig); err != nil {
@@ -308,8 +308,8 @@ func host(ctx context.Context, args []string) (int, error) {
 	return code, nil
 }
 
-// probe is the runner container's startup probe: it succeeds once the runner made the volume
-// ready for the checkout step (the kubelet then starts it).
+// probe is the runner container's postStart hook: it succeeds once the runner made what the
+// agent's containers mount final (the kubelet then starts them).
 func probe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ExitOnError)
 	addr := fs.String("addr", runner.DefaultListen, "the runner's local server")

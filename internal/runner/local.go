@@ -114,8 +114,8 @@ func (l *Local) SetBranch(b string) {
 }
 
 // SetMounted says the directories the agent's containers mount are final (a spare moved into
-// place): the startup probe passes and the kubelet starts them, while the runner may still be
-// fetching the mirror (SetReady follows).
+// place): the runner container's postStart hook returns and the kubelet starts them, while the
+// runner may still be fetching the mirror (SetReady follows).
 func (l *Local) SetMounted() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -159,7 +159,7 @@ func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// stageMounts asks the readiness check about the mounts only (the startup probe).
+// stageMounts asks the readiness check about the mounts only (the postStart hook's probe).
 const stageMounts = "mounts"
 
 func (l *Local) healthz(w http.ResponseWriter, mounts bool) {

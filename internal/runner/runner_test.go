@@ -275,8 +275,8 @@ func (h *harness) workspaceOptions() workspace.Options {
 	return o
 }
 
-// start runs a pod: the runner (whose startup makes the volume ready), the checkout step once
-// the runner's startup probe would pass, and the agent container (the host, ready from then on).
+// start runs a pod: the runner (whose startup makes the volume ready), then the checkout step
+// and the agent container (the host, ready from then on).
 func (h *harness) start() {
 	// A new pod: a new runner scratch space.
 	_ = os.Remove(filepath.Join(h.podTmp, "prepared.json"))

@@ -487,7 +487,7 @@ type Volume struct {
 	Dirs []string
 }
 
-// VolumeResult says what PrepareVolume did.
+// VolumeResult says what PrepareMounts and FinishVolume did.
 type VolumeResult struct {
 	// FullFetch: the mirror was made (or had nothing) and fetched whole.
 	FullFetch bool `json:"fullFetch,omitempty"`
@@ -504,24 +504,9 @@ const agentDirMode = 0o775 | os.ModeSetgid
 // Project's MirrorReady condition looks for it in a failed Worktree's message.
 const MirrorFetchError = "fetch the Project's mirror"
 
-// PrepareVolume fetches the mirror (worktree mode; under its lock), claims a spare for an empty
-// checkout directory (under the same lock), and makes the checkout and Dirs directories the
-// agent's containers mount. mounted, when set, is called once those directories are final,
-// before the fetch (the kubelet starts the containers meanwhile), or after a failure. It runs no
-// git in a repository an agent can write. It is PrepareMounts then FinishVolume.
-func PrepareVolume(ctx context.Context, g *Git, v Volume, mounted func()) (VolumeResult, error) {
-	res, err := PrepareMounts(ctx, v)
-	if mounted != nil {
-		// Failures included: the checkout step must start to report them.
-		mounted()
-	}
-	if err != nil {
-		return res, err
-	}
-	return FinishVolume(ctx, g, v, res)
-}
-
-// PrepareMounts makes final what the agent's containers mount: in worktree mode the mirror's
+// PrepareMounts and FinishVolume make the volume ready for the checkout step, as the runner's
+// user, running no git in a repository an agent can write. PrepareMounts makes final what the
+// agent's containers mount: in worktree mode the mirror's
 // directory (empty when the Project has no mirror yet: FinishVolume makes it there, so the
 // containers' read-only mount of it is the same directory) and a spare claimed for an empty
 // checkout directory; the checkout's and Dirs' directories. It fetches nothing and needs no

@@ -72,9 +72,12 @@ func (f *fixture) prepare(o Options) (*Result, error) {
 	ctx := context.Background()
 	var vr VolumeResult
 	if o.Mode == agentsv1alpha1.WorkspaceWorktree && o.Validate() == nil {
+		v := Volume{Mode: o.Mode, Mirror: o.MirrorPath, Remote: o.RemoteURL, Checkout: o.Path, Spares: SpareDir(o.Path)}
 		var err error
-		vr, err = PrepareVolume(ctx, f.git, Volume{Mode: o.Mode, Mirror: o.MirrorPath, Remote: o.RemoteURL, Checkout: o.Path, Spares: SpareDir(o.Path)}, nil)
-		if err != nil {
+		if vr, err = PrepareMounts(ctx, v); err != nil {
+			return nil, err
+		}
+		if vr, err = FinishVolume(ctx, f.git, v, vr); err != nil {
 			return nil, err
 		}
 	}

@@ -121,15 +121,14 @@ func TestMountsAreReadyBeforeTheFetch(t *testing.T) {
 	checkout := filepath.Join(filepath.Dir(s.Dir), "wt-1")
 	home := filepath.Join(f.root, "homes", "wt-1")
 	v := Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: s.Mirror, Remote: f.url, Checkout: checkout, Spares: s.Dir, Dirs: []string{home}}
-	calls := 0
-	res, err := PrepareVolume(context.Background(), f.git, v, func() {
-		calls++
-		g.Expect(filepath.Join(checkout, ".git")).To(BeAnExistingFile(), "the spare is in place")
-		g.Expect(home).To(BeADirectory())
-		g.Expect(f.run(t, s.Mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(oldBase), "not fetched yet")
-	})
+	ctx := context.Background()
+	res, err := PrepareMounts(ctx, v)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(calls).To(Equal(1))
+	g.Expect(filepath.Join(checkout, ".git")).To(BeAnExistingFile(), "the spare is in place")
+	g.Expect(home).To(BeADirectory())
+	g.Expect(f.run(t, s.Mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(oldBase), "not fetched yet")
+	res, err = FinishVolume(ctx, f.git, v, res)
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res).To(Equal(VolumeResult{Claimed: true}))
 	g.Expect(f.run(t, s.Mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(newBase), "fetched after")
 
@@ -137,31 +136,32 @@ func TestMountsAreReadyBeforeTheFetch(t *testing.T) {
 	// mirror is made in that very directory (what the containers mount), after.
 	f2 := newFixture(t)
 	mirror := filepath.Join(f2.root, "mirror.git")
-	var mirrorDir os.FileInfo
-	calls = 0
-	res, err = PrepareVolume(context.Background(), f2.git, Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: mirror, Remote: f2.url,
-		Checkout: filepath.Join(f2.root, "worktrees", "a"), Spares: SpareDir(filepath.Join(f2.root, "worktrees", "a"))}, func() {
-		calls++
-		entries, err := os.ReadDir(mirror)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(entries).To(BeEmpty())
-		mirrorDir, _ = os.Stat(mirror)
-		g.Expect(filepath.Join(f2.root, "worktrees", "a")).To(BeADirectory())
-	})
+	first := Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: mirror, Remote: f2.url,
+		Checkout: filepath.Join(f2.root, "worktrees", "a"), Spares: SpareDir(filepath.Join(f2.root, "worktrees", "a"))}
+	res, err = PrepareMounts(ctx, first)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(calls).To(Equal(1))
+	entries, err := os.ReadDir(mirror)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(entries).To(BeEmpty())
+	mirrorDir, err := os.Stat(mirror)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(first.Checkout).To(BeADirectory())
+	res, err = FinishVolume(ctx, f2.git, first, res)
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res).To(Equal(VolumeResult{FullFetch: true}))
 	g.Expect(f2.run(t, mirror, "rev-parse", "refs/remotes/origin/main")).To(Equal(f2.head))
 	now, err := os.Stat(mirror)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(os.SameFile(mirrorDir, now)).To(BeTrue(), "the directory the containers mount")
 
-	// A failure still lets the containers start (the checkout step reports it).
-	calls = 0
-	_, err = PrepareVolume(context.Background(), f2.git, Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: filepath.Join(f2.root, "other.git"),
-		Remote: "http://127.0.0.1:1/nowhere.git", Checkout: filepath.Join(f2.root, "worktrees", "b")}, func() { calls++ })
+	// A fetch that fails comes after the mounts: the containers start, and the checkout step
+	// reports the failure.
+	bad := Volume{Mode: agentsv1alpha1.WorkspaceWorktree, Mirror: filepath.Join(f2.root, "other.git"),
+		Remote: "http://127.0.0.1:1/nowhere.git", Checkout: filepath.Join(f2.root, "worktrees", "b")}
+	res, err = PrepareMounts(ctx, bad)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = FinishVolume(ctx, f2.git, bad, res)
 	g.Expect(err).To(MatchError(ContainSubstring(MirrorFetchError)))
-	g.Expect(calls).To(Equal(1))
 }
 
 // TestNoClaimOnceMounted: once the mounts are final (the agent's containers may have mounted the
