@@ -9,7 +9,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
@@ -42,10 +44,22 @@ var _ = Describe("An agent pod Terminating on a lost node", func() {
 			Target: corev1.ObjectReference{Kind: "Node", Name: node.Name}}, metav1.CreateOptions{})).To(Succeed())
 
 		By("the pod deleted gracefully: without a kubelet it stays Terminating")
+		// Watched, not read after the delete: Shepherd may force-delete the Terminating pod before
+		// a read could see it (it did, on a loaded CI machine); a watch sees every step in order.
+		watcher, err := clientset.CoreV1().Pods(w.ns).Watch(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", old.Name).String(), ResourceVersion: old.ResourceVersion})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(watcher.Stop)
 		Expect(k8sClient.Delete(ctx, old)).To(Succeed())
+		Eventually(watcher.ResultChan()).WithTimeout(30*time.Second).Should(Receive(Satisfy(func(ev watch.Event) bool {
+			got, ok := ev.Object.(*corev1.Pod)
+			// A grace period above zero: a force delete (Shepherd's, later) also passes through a
+			// deletionTimestamp, with a grace of 0.
+			return ok && ev.Type == watch.Modified && got.UID == old.UID && got.DeletionTimestamp != nil &&
+				got.DeletionGracePeriodSeconds != nil && *got.DeletionGracePeriodSeconds > 0
+		})), "a bound pod is deleted gracefully: it is Terminating, with a grace period, before it is gone")
+		watcher.Stop()
 		p := &corev1.Pod{}
-		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: w.ns, Name: old.Name}, p)).To(Succeed())
-		Expect(p.DeletionTimestamp).NotTo(BeNil(), "a bound pod is deleted gracefully")
 
 		By("Shepherd force-deletes it and creates the replacement under the same name")
 		Eventually(func(g Gomega) {
