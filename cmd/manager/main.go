@@ -37,6 +37,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
+	"github.com/shepherd-dev/shepherd/internal/memlimit"
 	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/pricing"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
@@ -172,6 +173,7 @@ type options struct {
 	metricsAddr     string
 	probeAddr       string
 	pprofAddr       string
+	memLimitRatio   float64
 	leaderElect     bool
 	leaderElectID   string
 	leaderElectNS   string
@@ -250,6 +252,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.imagePullPolicy, "image-pull-policy", "IfNotPresent", "Pull policy of agent and runner containers.")
 	fs.StringVar(&o.priceTable, "price-table", "", "A JSON price table file (docs/cost.md) laid over the shipped defaults: models it names take its prices, USD per million tokens of each kind. Empty: --price-table-configmap.")
 	fs.StringVar(&o.priceTableCM, "price-table-configmap", "shepherd-price-table", "A ConfigMap in $POD_NAMESPACE whose key prices.json is the price table laid over the defaults, read at start; absent (or unreadable): the shipped defaults alone.")
+	fs.Float64Var(&o.memLimitRatio, "memory-limit-ratio", memlimit.DefaultRatio, "Share of the container's memory limit (its cgroup's) the Go runtime keeps its memory under, collecting harder near it rather than being killed at the limit; GOMEMLIMIT, when set, wins; 0: the runtime's default (no soft limit).")
 	// client-go's own defaults (5 QPS, burst 10; controller-runtime raises them to 20/30) throttle
 	// a fan-out of thousands of sessions long before the API server is busy: a session costs a
 	// few writes to reach Working. docs/performance.md measures these settings.
@@ -267,6 +270,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--kube-api-burst must be at least 1, not %d", o.kubeAPIBurst)
 	case o.maxConcurrent < 1 || o.maxConcurrent > 64:
 		return fmt.Errorf("--max-concurrent-reconciles must be between 1 and 64, not %d", o.maxConcurrent)
+	case o.memLimitRatio < 0 || o.memLimitRatio > 1:
+		return fmt.Errorf("--memory-limit-ratio must be between 0 and 1, not %v", o.memLimitRatio)
 	}
 	return nil
 }
@@ -330,6 +335,16 @@ func run(o options) error {
 	log := ctrl.Log.WithName("setup")
 	if err := o.validate(); err != nil {
 		return err
+	}
+	if o.memLimitRatio > 0 {
+		limit, src, err := memlimit.Apply(memlimit.Root, o.memLimitRatio)
+		switch {
+		case err != nil:
+			// Not fatal: the manager runs as it would have without a soft limit.
+			log.Error(err, "Cannot read the container's memory limit: no soft memory limit")
+		case src != memlimit.None:
+			log.Info("Soft memory limit", "bytes", limit, "from", src)
+		}
 	}
 	namespaces, err := o.namespaces()
 	if err != nil {

@@ -20,6 +20,10 @@ func TestOptionsValidate(t *testing.T) {
 		{args: []string{"--kube-api-burst=0"}, want: "--kube-api-burst must be at least 1"},
 		{args: []string{"--max-concurrent-reconciles=0"}, want: "--max-concurrent-reconciles must be between 1 and 64"},
 		{args: []string{"--max-concurrent-reconciles=65"}, want: "--max-concurrent-reconciles must be between 1 and 64"},
+		{args: []string{"--memory-limit-ratio=0"}},
+		{args: []string{"--memory-limit-ratio=1"}},
+		{args: []string{"--memory-limit-ratio=1.2"}, want: "--memory-limit-ratio must be between 0 and 1"},
+		{args: []string{"--memory-limit-ratio=-0.1"}, want: "--memory-limit-ratio must be between 0 and 1"},
 	} {
 		var o options
 		fs := flag.NewFlagSet("manager", flag.ContinueOnError)
@@ -42,6 +46,9 @@ func TestDefaultsAreValid(t *testing.T) {
 	o.bind(flag.NewFlagSet("manager", flag.ContinueOnError))
 	if o.kubeAPIQPS != 100 || o.kubeAPIBurst != 200 || o.maxConcurrent != 16 {
 		t.Errorf("defaults changed: qps %v burst %d reconciles %d (update docs/operations.md and docs/performance.md)", o.kubeAPIQPS, o.kubeAPIBurst, o.maxConcurrent)
+	}
+	if o.memLimitRatio != 0.9 {
+		t.Errorf("--memory-limit-ratio default changed to %v (update docs/operations.md and values.yaml)", o.memLimitRatio)
 	}
 	if !o.secureMetrics || o.metricsAddr != ":8443" {
 		t.Errorf("metrics are served without authentication by default (secure %v on %s): docs/metrics.md says otherwise", o.secureMetrics, o.metricsAddr)

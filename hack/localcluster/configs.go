@@ -228,7 +228,12 @@ var kwokStages = []string{
 // kwokRunning and kwokPrepareDone are the container state of KWOK's pod-ready stage and what
 // the stage says instead for a container named prepare: Shepherd's checkout step, which runs
 // beside the agent's container and ends (a kubelet reports it terminated; KWOK runs nothing, so
-// it ends at once, as the init container it was did under KWOK's stage).
+// it ends at once, as the init container it was did under KWOK's stage). On a Shepherd pod (it
+// carries the Worktree's label) the step's termination message is a result as the real step
+// writes it (workspace.Result: the checkout's path and facts), so that the manager reads the
+// checkout's head from the step, as from a real one, and the runner's first report (which
+// bench-fanout plays with the same head) repeats it instead of changing it. KWOK checks out
+// nothing: the head is the pod's UID, a stand-in no commit can be mistaken for.
 const (
 	kwokRunning = `        ready: true
         restartCount: 0
@@ -247,6 +252,9 @@ const (
             finishedAt: {{ $now | Quote }}
             reason: Completed
             startedAt: {{ $now | Quote }}
+            {{ with $.metadata.labels }}{{ with index . "agents.shepherd.dev/worktree" }}
+            message: {{ printf "{\"path\":\"/shepherd/workspace/worktrees/%s\",\"facts\":{\"head\":\"%s\"}}" . $.metadata.uid | Quote }}
+            {{ end }}{{ end }}
         {{ else }}
         ready: true
         state:

@@ -334,7 +334,10 @@ func apiserverArgs(l layout, ip net.IP) []string {
 		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + l.pki("front-proxy-client.crt"), "--proxy-client-key-file=" + l.pki("front-proxy-client.key"),
 		"--cert-dir=" + l.component(cAPIServer),
-		"--profiling=false",
+		// /debug/pprof for cluster-admins (the local cluster's kubeconfig): how the fan-out
+		// benchmark's API server time was split (kubectl get --raw '/debug/pprof/profile?seconds=30',
+		// docs/performance.md).
+		"--profiling=true",
 	}
 }
 

@@ -235,6 +235,7 @@ func (r *AgentSessionReconciler) runCreateWorktree(ctx context.Context, s *sessi
 		}
 		return fmt.Errorf("create Worktree: %w", err)
 	}
+	r.worktreesCreated.set(s.key, r.now())
 	ctrl.LoggerFrom(ctx).Info("Created Worktree", "worktree", klog.KObj(wt), "branch", wt.Spec.Branch)
 	// The pod asked for in the same decision is made from it (the object, not its status).
 	s.worktree = wt

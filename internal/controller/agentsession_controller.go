@@ -57,6 +57,14 @@ type AgentSessionReconciler struct {
 	// the pod's watch event (its Worktree's event comes first) would otherwise ask the API server
 	// to create it again and be refused: about half a request per session in a fan-out.
 	podsCreated perSession[podCreation]
+	// statusWrites is, by session, the version its last status write replaced, until a reconcile
+	// reads a newer one from the cache (cacheBehind).
+	statusWrites perSession[statusWrite]
+	// worktreesCreated are the session Worktrees this manager created and its cache has not shown
+	// yet, by session: when. The pod made right after its Worktree can show first (two
+	// informers): a decision from that view would take the Worktree for gone and delete the new pod
+	// (seen in the fan-out benchmark with 64 workers).
+	worktreesCreated perSession[time.Time]
 }
 
 // podCreation is one pod this manager created: its UID and when.
@@ -115,11 +123,19 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.merges.forget(req.NamespacedName)
 			r.actionErrs.forget(req.NamespacedName)
 			r.podsCreated.forget(req.NamespacedName)
+			r.statusWrites.forget(req.NamespacedName)
+			r.worktreesCreated.forget(req.NamespacedName)
 			if r.Deliveries != nil {
 				r.Deliveries.forget(req.NamespacedName)
 			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if behind, err := r.cacheBehindWrites(ctx, req.NamespacedName, sess); behind || err != nil {
+		// The cache has not shown this manager's own last writes yet: a decision from it would
+		// be one from before them (its status write a conflict, or a new pod without its new
+		// Worktree taken for a pod whose Worktree went away).
+		return ctrl.Result{RequeueAfter: conflictRequeue}, err
 	}
 	if !sess.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(sess, agentsv1alpha1.ClosePullRequestFinalizer) {
 		// spec.onDelete ClosePullRequest: the lifecycle decides the close (an action), and the
@@ -154,6 +170,30 @@ func (r *AgentSessionReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 	}
 	return res, retErr
+}
+
+// cacheBehindWrites reports whether the cache still lacks one of this manager's own last writes
+// for the session: its status write (cacheBehind), or the Worktree it created (for at most
+// podExpectation). Once the cache shows them, they are forgotten.
+func (r *AgentSessionReconciler) cacheBehindWrites(ctx context.Context, key types.NamespacedName, sess *agentsv1alpha1.AgentSession) (bool, error) {
+	now := r.now()
+	if w := r.statusWrites.get(key); w.replaced != "" {
+		if cacheBehind(w, sess.ResourceVersion, now) {
+			return true, nil
+		}
+		r.statusWrites.forget(key)
+	}
+	if at := r.worktreesCreated.get(key); !at.IsZero() {
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: sess.Namespace, Name: sessionWorktree(sess)}, &agentsv1alpha1.Worktree{})
+		switch {
+		case apierrors.IsNotFound(err) && now.Sub(at) < podExpectation:
+			return true, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return false, fmt.Errorf("get Worktree: %w", err)
+		}
+		r.worktreesCreated.forget(key)
+	}
+	return false, nil
 }
 
 // steps are the ordered sub-reconcilers; the first error stops them.
@@ -210,8 +250,20 @@ func (r *AgentSessionReconciler) newScope(sess *agentsv1alpha1.AgentSession, key
 func (r *AgentSessionReconciler) finishSession(ctx context.Context, s *sessionScope, orig *agentsv1alpha1.AgentSession, recErr error) (ctrl.Result, error) {
 	sess := s.sess
 	r.setStatus(ctx, s, recErr)
+	if wait, quiet := quietSpawn(orig, sess, s, recErr); quiet {
+		if s.decision.RequeueAfter > 0 {
+			wait = min(wait, s.decision.RequeueAfter)
+		}
+		if s.requeue > 0 {
+			wait = min(wait, s.requeue)
+		}
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if err := patchStatus(ctx, r.Client, orig, sess); err != nil {
 		return statusWriteFailed(recErr, err)
+	}
+	if sess.ResourceVersion != orig.ResourceVersion {
+		r.statusWrites.set(s.key, statusWrite{replaced: orig.ResourceVersion, at: s.now})
 	}
 	if sess.Status.Phase == agentsv1alpha1.PhaseMerged {
 		// Merged is final: nothing the forge says changes the session any more, so its pull

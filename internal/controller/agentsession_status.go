@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -135,3 +137,50 @@ func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope
 }
 
 func metaTime(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }
+
+// spawnQuiet is how long a session may keep saying "Waiting for the workspace" after its
+// Worktree became Ready, while its runner's first report is due.
+const spawnQuiet = 10 * time.Second
+
+// quietConditions are the conditions whose change alone, from the workspace's wait to the
+// runner's, is routine.
+var quietConditions = []string{agentsv1alpha1.ConditionReady, agentsv1alpha1.ConditionReconciling,
+	agentsv1alpha1.ConditionWorkspaceReady, agentsv1alpha1.ConditionAgentRunning}
+
+// quietSpawn reports whether a status is not written yet, and when to look again. A session
+// whose checkout just became ready has one routine step left before Working: its runner's first
+// report, due within a second or two of the checkout (the runner starts the agent as soon as the
+// checkout step ends). Writing "Waiting for the runner's first report" in between is one stored
+// write per session that nobody reads in a fan-out (issue 23); so, for at most spawnQuiet after
+// the Worktree's Ready transition, the session keeps its last status and its next write says
+// Working (or, when the report is late, the wait for it). Only that step is quiet: the same phase
+// (Spawning), from the workspace's or the pod's wait to the runner's, no action, event or error,
+// and nothing else in the status changed. Pure.
+func quietSpawn(orig, now *agentsv1alpha1.AgentSession, s *sessionScope, err error) (time.Duration, bool) {
+	if err != nil || s.actionErr != nil || s.decision == nil || len(s.decision.Actions) > 0 || len(s.decision.Events) > 0 ||
+		orig.Status.Phase != agentsv1alpha1.PhaseSpawning || now.Status.Phase != agentsv1alpha1.PhaseSpawning || s.worktree == nil {
+		return 0, false
+	}
+	was, is := findCondition(orig.Status.Conditions, agentsv1alpha1.ConditionReady), findCondition(now.Status.Conditions, agentsv1alpha1.ConditionReady)
+	if was == nil || is == nil || is.Reason != agentsv1alpha1.ReasonSpawning ||
+		was.Reason != agentsv1alpha1.ReasonWorkspacePending && was.Reason != agentsv1alpha1.ReasonPodPending {
+		return 0, false
+	}
+	ready := findCondition(s.worktree.Status.Conditions, agentsv1alpha1.ConditionReady)
+	if s.worktree.Status.Phase != agentsv1alpha1.WorktreeReady || ready == nil || ready.Status != metav1.ConditionTrue {
+		return 0, false
+	}
+	left := ready.LastTransitionTime.Add(spawnQuiet).Sub(s.now)
+	if left <= 0 {
+		return 0, false
+	}
+	a, b := orig.Status.DeepCopy(), now.Status.DeepCopy()
+	for _, t := range quietConditions {
+		meta.RemoveStatusCondition(&a.Conditions, t)
+		meta.RemoveStatusCondition(&b.Conditions, t)
+	}
+	if !equality.Semantic.DeepEqual(a, b) {
+		return 0, false
+	}
+	return left, true
+}

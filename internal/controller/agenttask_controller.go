@@ -9,13 +9,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/clip"
@@ -62,7 +65,7 @@ func (r *AgentTaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, fmt.Errorf("get Project: %w", recErr)
 	}
 	var attempts agentsv1alpha1.AgentSessionList
-	if err := r.Client.List(ctx, &attempts, client.InNamespace(task.Namespace), client.MatchingLabels{agentsv1alpha1.LabelTask: task.Name}); err != nil {
+	if err := r.Client.List(ctx, &attempts, client.InNamespace(task.Namespace), client.MatchingFields{indexTask: task.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list attempts: %w", err)
 	}
 	owned := map[string]*agentsv1alpha1.AgentSession{}
@@ -153,8 +156,10 @@ func taskStatus(task *agentsv1alpha1.AgentTask, project *agentsv1alpha1.Project,
 			as = p
 			atts = append(atts, selection.Attempt{Name: name, Index: i, Ended: true})
 		default:
+			// About to be made: at work as far as the choice goes (not "every attempt ended").
 			as.Phase = "Creating"
 			live++
+			atts = append(atts, selection.Attempt{Name: name, Index: i})
 			if project != nil && st.Chosen == "" && !task.Status.Phase.IsTerminal() {
 				out.create = append(out.create, attemptSession(task, project, i))
 			}
@@ -162,6 +167,11 @@ func taskStatus(task *agentsv1alpha1.AgentTask, project *agentsv1alpha1.Project,
 		st.Attempts = append(st.Attempts, as)
 	}
 	st.Progress = fmt.Sprintf("%d/%d", live, n)
+	if project == nil && len(owned) == 0 && st.Chosen == "" {
+		// Nothing made yet, and nothing to make it from: the phase stays (none, for a new task)
+		// and the Stalled condition names the missing Project; its creation brings the task back.
+		return out
+	}
 	st.CostUSD = pricing.Format(total)
 	policy := selectionOf(task, project)
 	choice := selection.Choose(policy, atts)
@@ -396,5 +406,31 @@ func (r *AgentTaskReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&agentsv1alpha1.AgentTask{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&agentsv1alpha1.AgentSession{}).
+		// A task applied before its Project (one `kubectl apply -f dir/`, a GitOps sync) waits
+		// for it; the Project's selection is the task's default. Its status writes are not news.
+		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(r.tasksForProject),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("agenttask").Complete(r)
+}
+
+// tasksForProject maps a Project to the tasks of its namespace that name it.
+func (r *AgentTaskReconciler) tasksForProject(ctx context.Context, o client.Object) []reconcile.Request {
+	return namingProject(ctx, r.Client, &agentsv1alpha1.AgentTaskList{}, o)
+}
+
+// namingProject lists the objects of list's kind (indexed by indexProject) in the namespace of
+// the Project o that name it, as requests.
+func namingProject(ctx context.Context, c client.Reader, list client.ObjectList, o client.Object) []reconcile.Request {
+	if err := c.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	_ = meta.EachListItem(list, func(item runtime.Object) error {
+		if obj, ok := item.(client.Object); ok {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+		}
+		return nil
+	})
+	return out
 }

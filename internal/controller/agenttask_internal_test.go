@@ -33,3 +33,32 @@ func TestTaskChoiceIsFinal(t *testing.T) {
 		t.Fatalf("supersede %v create %d: fix-1 is superseded by the first choice, nothing is made", out.supersede, len(out.create))
 	}
 }
+
+// A new task has failed at nothing: the attempts it is about to create are not "every attempt
+// ended", so its first status says Running (a transient Failed turned Argo CD Degraded and sent
+// a PhaseFailed event for every task). Without its Project it creates nothing and shows no
+// phase yet: the Project's creation brings it back (SetupWithManager), Failed would have been
+// for good.
+func TestNewTaskIsNotFailed(t *testing.T) {
+	three := int32(3)
+	for _, tc := range []struct {
+		name    string
+		project *agentsv1alpha1.Project
+		phase   agentsv1alpha1.TaskPhase
+		create  int
+	}{
+		{"with its Project", &agentsv1alpha1.Project{}, agentsv1alpha1.TaskRunning, 3},
+		{"before its Project", nil, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := &agentsv1alpha1.AgentTask{ObjectMeta: metav1.ObjectMeta{Name: "fix"}, Spec: agentsv1alpha1.AgentTaskSpec{Attempts: &three}}
+			out := taskStatus(task, tc.project, map[string]*agentsv1alpha1.AgentSession{})
+			if task.Status.Phase != tc.phase || len(out.create) != tc.create {
+				t.Fatalf("phase %q, %d to create; want %q, %d", task.Status.Phase, len(out.create), tc.phase, tc.create)
+			}
+			if task.Status.Progress != "3/3" {
+				t.Fatalf("progress %q, want 3/3", task.Status.Progress)
+			}
+		})
+	}
+}

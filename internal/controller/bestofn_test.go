@@ -6,9 +6,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
@@ -178,6 +180,27 @@ var _ = Describe("Best of N (AgentTask)", func() {
 		})
 		expectChosen(w, atts, 0)
 		Expect(taskStatus(w.ns)().ChosenBy).To(ContainSubstring("picked by a person"))
+	})
+})
+
+var _ = Describe("An AgentTask applied before its Project", func() {
+	It("waits for it, never Failed, and starts its attempts when it comes", func() {
+		w := newWorld()
+		bestOf(w, nil, "")
+		Eventually(taskStatus(w.ns)).Should(HaveField("Conditions", ContainElement(And(
+			HaveField("Type", agentsv1alpha1.ConditionStalled), HaveField("Reason", agentsv1alpha1.ReasonProjectNotFound)))))
+		Expect(taskStatus(w.ns)().Phase).To(BeEmpty(), "nothing has failed: the Project is not there yet")
+		create(w.project().Obj())
+		for i := 1; i <= 3; i++ {
+			getSession(w.ns, fmt.Sprintf("fix-%d", i))
+		}
+		Eventually(taskStatus(w.ns)).Should(And(HaveField("Phase", agentsv1alpha1.TaskRunning),
+			HaveField("Conditions", Not(ContainElement(And(HaveField("Type", agentsv1alpha1.ConditionStalled), HaveField("Status", metav1.ConditionTrue)))))))
+		var events corev1.EventList
+		Expect(k8sClient.List(ctx, &events, client.InNamespace(w.ns))).To(Succeed())
+		for _, e := range events.Items {
+			Expect(e.Reason).NotTo(Equal(agentsv1alpha1.ReasonPhaseFailed), "%s: %s", e.InvolvedObject.Name, e.Message)
+		}
 	})
 })
 

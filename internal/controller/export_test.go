@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/ui"
 )
@@ -35,4 +36,14 @@ func SetClosePullRequestGiveUp(d time.Duration) (restore func()) {
 func SetVolumeHeldAfter(d time.Duration) (restore func()) {
 	old := volumeHeldAfter.Swap(int64(d))
 	return func() { volumeHeldAfter.Store(old) }
+}
+
+// CacheBehindWrites runs the session reconciler's check of its own last writes against what c
+// reads, with the session's Worktree created by this manager at createdAt, at now (for the
+// envtest suite: c reads the API server, standing for a cache that has or has not caught up).
+func CacheBehindWrites(ctx context.Context, c client.Client, sess *agentsv1alpha1.AgentSession, createdAt, now time.Time) (bool, error) {
+	r := &AgentSessionReconciler{Deps: &Deps{Client: c, Now: func() time.Time { return now }}}
+	key := client.ObjectKeyFromObject(sess)
+	r.worktreesCreated.set(key, createdAt)
+	return r.cacheBehindWrites(ctx, key, sess)
 }

@@ -60,7 +60,7 @@ var verdictTable = []verdictRow{
 	{"BudgetPolicy", "status behind metadata.generation", argocd.Progressing, status.InProgressStatus},
 	{"AgentTask", "Merged (the chosen attempt's pull request merged)", argocd.Healthy, status.CurrentStatus},
 	{"AgentTask", "WaitingForPick (the Human policy, or the cost cap reached with pull requests open)", argocd.Suspended, status.InProgressStatus},
-	{"AgentTask", "Failed (Stalled: no attempt to choose, the chosen one lost)", argocd.Degraded, status.FailedStatus},
+	{"AgentTask", "Failed (no attempt to choose, the chosen one lost), or Stalled (its Project not found)", argocd.Degraded, status.FailedStatus},
 	{"AgentTask", "Running, Chosen (on its way to merge), or status behind metadata.generation", argocd.Progressing, status.InProgressStatus},
 	{"any", "being deleted (the message names the finalizers it waits for)", argocd.Progressing, status.TerminatingStatus},
 }
@@ -168,7 +168,7 @@ func verdictFor(obj client.Object) verdictRow {
 			return row("AgentTask", "Merged")
 		case o.Status.Phase == agentsv1alpha1.TaskWaitingForPick:
 			return row("AgentTask", "WaitingForPick")
-		case o.Status.Phase == agentsv1alpha1.TaskFailed:
+		case o.Status.Phase == agentsv1alpha1.TaskFailed || isTrue(condOf(o.Status.Conditions, agentsv1alpha1.ConditionStalled)):
 			return row("AgentTask", "Failed")
 		}
 		return row("AgentTask", "Running")
@@ -219,8 +219,8 @@ func (r *stateRecorder) add(obj client.Object) {
 		}
 		key = stateKey(o, "", o.Status.Conditions, o.Status.ObservedGeneration)
 	case *agentsv1alpha1.AgentTask:
-		if o.Status.Phase == "" {
-			return
+		if len(o.Status.Conditions) == 0 {
+			return // not yet observed (a task waiting for its Project has conditions and no phase)
 		}
 		key = stateKey(o, string(o.Status.Phase), o.Status.Conditions, o.Status.ObservedGeneration)
 	default:

@@ -1156,3 +1156,93 @@ func TestWebhookPollInterval(t *testing.T) {
 		})
 	}
 }
+
+// TestQuietSpawn: only the routine step from the workspace's (or the pod's) wait to the
+// runner's, within spawnQuiet of the Worktree's readiness, with nothing else to write or do,
+// keeps the last status.
+func TestQuietSpawn(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	cond := func(t, reason string) metav1.Condition {
+		return metav1.Condition{Type: t, Status: metav1.ConditionFalse, Reason: reason, Message: reason}
+	}
+	session := func(phase agentsv1alpha1.SessionPhase, reason string) *agentsv1alpha1.AgentSession {
+		return &agentsv1alpha1.AgentSession{Status: agentsv1alpha1.AgentSessionStatus{Phase: phase, PodName: "s-agent", Conditions: []metav1.Condition{
+			cond(agentsv1alpha1.ConditionReady, reason), cond(agentsv1alpha1.ConditionWorkspaceReady, reason), cond(agentsv1alpha1.ConditionPullRequestOpen, "NoPullRequest"),
+		}}}
+	}
+	worktree := func(readyAt time.Time) *agentsv1alpha1.Worktree {
+		return &agentsv1alpha1.Worktree{Status: agentsv1alpha1.WorktreeStatus{Phase: agentsv1alpha1.WorktreeReady, Conditions: []metav1.Condition{{
+			Type: agentsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.ReasonSucceeded, LastTransitionTime: metav1.NewTime(readyAt),
+		}}}}
+	}
+	waiting, runner := session(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonWorkspacePending), session(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonSpawning)
+	cases := []struct {
+		name      string
+		orig, now *agentsv1alpha1.AgentSession
+		scope     func(*sessionScope)
+		err       error
+		want      bool
+		wait      time.Duration
+	}{
+		{"the workspace ready, the runner's report due", waiting, runner, nil, nil, true, 7 * time.Second},
+		{"from the pod's wait", session(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonPodPending), runner, nil, nil, true, 7 * time.Second},
+		{"the report is late: the wait for it is written", waiting, runner, func(s *sessionScope) { s.worktree = worktree(now.Add(-spawnQuiet)) }, nil, false, 0},
+		{"Working is written", waiting, session(agentsv1alpha1.PhaseWorking, agentsv1alpha1.ReasonAgentActive), nil, nil, false, 0},
+		{"another wait is written", waiting, session(agentsv1alpha1.PhaseSpawning, agentsv1alpha1.ReasonPodUnschedulable), nil, nil, false, 0},
+		{"a first status is written", &agentsv1alpha1.AgentSession{}, runner, nil, nil, false, 0},
+		{"an action follows the write", waiting, runner, func(s *sessionScope) {
+			s.decision.Actions = []lifecycle.Action{{Type: lifecycle.ActionCreatePod}}
+		}, nil, false, 0},
+		{"an event follows the write", waiting, runner, func(s *sessionScope) { s.decision.Events = []lifecycle.Event{{Reason: "X"}} }, nil, false, 0},
+		{"an error is written", waiting, runner, nil, errors.New("boom"), false, 0},
+		{"the last action's error is written", waiting, runner, func(s *sessionScope) { s.actionErr = errors.New("boom") }, nil, false, 0},
+		{"something else changed", waiting, func() *agentsv1alpha1.AgentSession {
+			s := runner.DeepCopy()
+			s.Status.PodName = "other"
+			return s
+		}(), nil, nil, false, 0},
+		{"another condition changed", waiting, func() *agentsv1alpha1.AgentSession {
+			s := runner.DeepCopy()
+			s.Status.Conditions[2].Reason = "Opened"
+			return s
+		}(), nil, nil, false, 0},
+		{"the Worktree is not Ready", waiting, runner, func(s *sessionScope) { s.worktree.Status.Phase = agentsv1alpha1.WorktreePending }, nil, false, 0},
+		{"no Worktree", waiting, runner, func(s *sessionScope) { s.worktree = nil }, nil, false, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &sessionScope{now: now, decision: &lifecycle.Decision{}, worktree: worktree(now.Add(-3 * time.Second))}
+			if c.scope != nil {
+				c.scope(s)
+			}
+			wait, quiet := quietSpawn(c.orig, c.now, s, c.err)
+			g := NewWithT(t)
+			g.Expect(quiet).To(Equal(c.want))
+			g.Expect(wait).To(Equal(c.wait))
+		})
+	}
+}
+
+// TestCacheBehind: a reconcile waits for the cache only while it still shows the very version
+// the last status write replaced, and not for ever.
+func TestCacheBehind(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	w := statusWrite{replaced: "41", at: now.Add(-time.Second)}
+	for _, c := range []struct {
+		name   string
+		w      statusWrite
+		cached string
+		at     time.Time
+		want   bool
+	}{
+		{"the cache shows the replaced version", w, "41", now, true},
+		{"the cache shows the write", w, "42", now, false},
+		{"the cache shows a later write (another writer's)", w, "57", now, false},
+		{"no write recorded", statusWrite{}, "41", now, false},
+		{"the cache lags past the bound: go ahead", w, "41", w.at.Add(cacheBehindBound), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			NewWithT(t).Expect(cacheBehind(c.w, c.cached, c.at)).To(Equal(c.want))
+		})
+	}
+}

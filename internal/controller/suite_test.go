@@ -120,12 +120,23 @@ var _ = BeforeSuite(func() {
 	gitopsStates.watchStates(watchCtx, wc)
 })
 
+// specFailed is set once a spec fails.
+var specFailed atomic.Bool
+
+var _ = ReportAfterEach(func(r SpecReport) {
+	if r.Failed() {
+		specFailed.Store(true)
+	}
+})
+
 var _ = AfterSuite(func() {
 	suite, _ := GinkgoConfiguration()
 	if stopWatching != nil {
 		stopWatching() // before the API server stops: an open watch holds its shutdown
 	}
-	gitopsStates.checkVerdicts(len(suite.FocusStrings) == 0 && len(suite.SkipStrings) == 0 && suite.LabelFilter == "")
+	// Every row must have been seen only when every spec ran and passed: a failed spec stops
+	// before the states it would have reached, and its own failure is the one to read.
+	gitopsStates.checkVerdicts(len(suite.FocusStrings) == 0 && len(suite.SkipStrings) == 0 && suite.LabelFilter == "" && !specFailed.Load())
 	if mgr != nil {
 		mgr.stop()
 	}
@@ -180,6 +191,7 @@ func (m *managerUnderTest) start() {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlConfig(),
+		NewClient:              newCountingClient,
 	}
 	if m.name != "" {
 		opts.Client = client.Options{FieldOwner: m.name}

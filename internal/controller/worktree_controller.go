@@ -167,7 +167,7 @@ func (r *WorktreeReconciler) observe(ctx context.Context, s *worktreeScope) erro
 		s.sessions = append(s.sessions, sess)
 	}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(s.wt.Namespace), client.MatchingLabels{agentsv1alpha1.LabelWorktree: s.wt.Name}); err != nil {
+	if err := r.Client.List(ctx, &pods, client.InNamespace(s.wt.Namespace), client.MatchingFields{indexPodWorktree: s.wt.Name}); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	for i := range pods.Items {
@@ -616,16 +616,7 @@ func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The Project's status changes with every session it counts; its Worktrees follow its spec
 		// only (and its creation and deletion).
 		Watches(&agentsv1alpha1.Project{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var list agentsv1alpha1.WorktreeList
-			if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexProject: o.GetName()},
-				client.UnsafeDisableDeepCopy); err != nil {
-				return nil
-			}
-			out := make([]reconcile.Request, 0, len(list.Items))
-			for i := range list.Items {
-				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-			}
-			return out
+			return namingProject(ctx, r.Client, &agentsv1alpha1.WorktreeList{}, o)
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("worktree").
 		Complete(r)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/shepherd-dev/shepherd/internal/clip"
 
@@ -150,7 +149,7 @@ func (e *eval) reconciling(d Decision) (bool, string, string) {
 	}
 	if m := e.mergeRetry; m != nil {
 		return true, agentsv1alpha1.ReasonMergeRetrying, fmt.Sprintf("The forge could not merge %s at %s for now (%s); attempt %d failed, Shepherd asks again at %s",
-			e.pr.ref(), short(m.HeadSHA), clip.Marked(m.Error, 300, truncated), m.Attempts, m.RetryAt.UTC().Format(time.RFC3339))
+			e.pr.ref(), short(m.HeadSHA), clip.Marked(m.Error, 300, truncated), m.Attempts, stamp(m.RetryAt))
 	}
 	if t := e.phaseTrigger(); t != "" {
 		for _, r := range d.Reactions {
@@ -215,7 +214,7 @@ func (e *eval) agentCondition() (metav1.ConditionStatus, string, string) {
 			return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentBlocked, withDetail("The agent is blocked", e.in.Runner.Message)
 		}
 		if e.idle() {
-			return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentIdle, "No agent activity for " + e.silence().String() + e.restartNote()
+			return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentIdle, "No agent activity since " + stamp(e.agent.lastActivity) + e.restartNote()
 		}
 		return metav1.ConditionTrue, agentsv1alpha1.ReasonAgentActive, "The agent is running" + e.restartNote()
 	case a.exit != nil:

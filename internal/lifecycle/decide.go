@@ -266,7 +266,7 @@ func (e *eval) limitReached() bool {
 		end := e.prev.StartTime.Add(d)
 		if !e.now.Before(end) {
 			e.set(agentsv1alpha1.PhaseDone, agentsv1alpha1.ReasonMaxDurationReached,
-				fmt.Sprintf("The session reached its maxDuration of %s: its agent started at %s", d, e.prev.StartTime.UTC().Format(time.RFC3339)))
+				fmt.Sprintf("The session reached its maxDuration of %s: its agent started at %s", d, stamp(e.prev.StartTime.Time)))
 			return true
 		}
 		e.after(end)
@@ -331,7 +331,7 @@ func (e *eval) budgetSpent(entering bool) bool {
 	}
 	msg := "The budget is spent: " + b.Exhausted
 	if !b.ResetTime.IsZero() {
-		msg += "; the session resumes at " + b.ResetTime.UTC().Format(time.RFC3339)
+		msg += "; the session resumes at " + stamp(b.ResetTime)
 	}
 	e.set(agentsv1alpha1.PhaseQueued, agentsv1alpha1.ReasonBudgetExhausted, msg)
 	return true
@@ -391,7 +391,7 @@ func (e *eval) runtimePhase() {
 		if a.state == agentsv1alpha1.ActivityBlocked {
 			reason = agentsv1alpha1.ReasonAgentBlocked
 		}
-		e.set(agentsv1alpha1.PhaseStuck, reason, "No agent activity or pull request change for "+e.stillness().String()+" (stuckAfter "+e.s.StuckAfter.String()+")")
+		e.set(agentsv1alpha1.PhaseStuck, reason, "No agent activity or pull request change since "+stamp(e.lastProgress())+" (stuckAfter "+e.s.StuckAfter.String()+")")
 	case expired(signalPod) && !prOpen:
 		// The agent is gone: respawn it. The grace is spent; Spawning explains itself from here
 		// on, the same way the next decision will.
@@ -408,7 +408,7 @@ func (e *eval) runtimePhase() {
 	default:
 		reason, msg := agentsv1alpha1.ReasonAgentActive, "The agent is working"
 		if e.idle() {
-			reason, msg = agentsv1alpha1.ReasonAgentIdle, "The agent has been idle for "+e.silence().String()
+			reason, msg = agentsv1alpha1.ReasonAgentIdle, "The agent has been idle since "+stamp(e.agent.lastActivity)
 		}
 		e.set(agentsv1alpha1.PhaseWorking, reason, msg)
 	}
@@ -571,6 +571,17 @@ func (e *eval) lastProgress() time.Time {
 		t = e.prStatus.LastChangeTime.Time
 	}
 	return t
+}
+
+// stamp is a time as status messages say it (RFC 3339, UTC, whole seconds). An idle or stuck session's message names when its
+// silence began, not how long it has lasted: a duration would change the message, and so write
+// the status, at every reconcile, and a live runner's heartbeat (every 30 s) brings one; at
+// thousands of idle sessions that was hundreds of writes a second saying nothing new.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "its start"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // stillness is how long there has been no progress: what stuckAfter measures.

@@ -295,8 +295,10 @@ func (e *eval) currentSignal() (string, string) {
 	if a.podRunning && !a.current {
 		// A runner reports as soon as its pod runs: its first grace slot is its time to, not a
 		// missing signal yet. (Counting it would write the grace into the status of nearly every
-		// new session, one write each, only to clear it a moment later: issue 23.)
-		if started := pod.Started; !started.IsZero() && e.now.Before(started.Add(e.graceSlot())) {
+		// new session, one write each, only to clear it a moment later: issue 23.) Only for an
+		// agent that has not run yet: one that had (a manager restarted, and has not heard from
+		// the runner since) keeps its phase through the grace, as for any missing report.
+		if started := pod.Started; !agentWasLive(e.runPrev) && !started.IsZero() && e.now.Before(started.Add(e.graceSlot())) {
 			e.after(started.Add(e.graceSlot()))
 			return "", ""
 		}

@@ -164,3 +164,38 @@ func levelActions(d Decision) []ActionType {
 	}
 	return out
 }
+
+// TestRestartKeepsTheQuestion: a new manager knows nothing of the runner until its next report
+// (the report store is memory). A session waiting for input stays NeedsInput through that gap,
+// and neither the gap nor the runner's next report of the same question notifies again: one
+// notification per question across a restart, whether the pod started a moment ago (its
+// runner's first grace slot) or long before.
+func TestRestartKeepsTheQuestion(t *testing.T) {
+	for _, started := range []time.Duration{-2 * time.Second, -time.Hour} {
+		t.Run("pod started "+(-started).String()+" ago", func(t *testing.T) {
+			g := NewWithT(t)
+			s := newSim(running().Previous)
+			in := running()
+			in.Pod.Started = t0.Add(started)
+			toNeedsInput(&in)
+			d := s.step(in)
+			g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseNeedsInput))
+			g.Expect(actionsOf(d, ActionNotify)).To(HaveLen(1))
+
+			s.status = roundTrip(t, s.status)
+			gap := running()
+			gap.Now, gap.Pod.Started, gap.Runner = t0.Add(time.Second), t0.Add(started), RunnerEvidence{}
+			d = s.step(gap)
+			g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseNeedsInput), "no report yet is not an answer: %s", d.Message)
+			g.Expect(actionsOf(d, ActionNotify)).To(BeEmpty(), "the gap asks nothing new")
+
+			again := running()
+			again.Now, again.Pod.Started, again.Runner.ReportTime = t0.Add(2*time.Second), t0.Add(started), t0.Add(2*time.Second)
+			toNeedsInput(&again)
+			d = s.step(again)
+			g.Expect(d.Phase).To(Equal(agentsv1alpha1.PhaseNeedsInput))
+			g.Expect(actionsOf(d, ActionNotify)).To(BeEmpty(), "the same question, reported again, is not news")
+			g.Expect(s.reaction(agentsv1alpha1.TriggerNeedsInput).Attempts).To(Equal(int32(1)))
+		})
+	}
+}

@@ -412,6 +412,11 @@ func (e *eval) view(t agentsv1alpha1.ReactionTrigger) triggerView {
 		q := e.in.Runner.Question
 		v.subject = questionMessage(q) + "."
 		v.state, v.episode = activeIf(e.phase == agentsv1alpha1.PhaseNeedsInput), "needsInput"
+		if v.state == active && !e.agent.current {
+			// NeedsInput held through a gap in the runner's reports (a manager that restarted
+			// knows nothing until the next one): the question is not known, so not new.
+			v.state = paused
+		}
 		// A new question in the same episode is news; the same one again is not.
 		v.key = func(st *agentsv1alpha1.ReactionStatus) string {
 			return "q:" + hash(q)[:16] + startKey("")(st)

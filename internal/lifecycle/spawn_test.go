@@ -124,7 +124,10 @@ func TestProgressIsNotStuck(t *testing.T) {
 			d := Decide(in)
 			g.Expect(d.Phase).To(Equal(tc.want), "%s: %s", d.Reason, d.Message)
 			if tc.want == agentsv1alpha1.PhaseStuck {
-				g.Expect(d.Message).To(ContainSubstring("No agent activity or pull request change for 11m0s"))
+				// When the silence began, not how long it lasts: the message (and so the status)
+				// does not change with every reconcile of a stuck session.
+				g.Expect(d.Message).To(ContainSubstring("No agent activity or pull request change since " +
+					in.Now.Add(-11*time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)))
 			}
 			if tc.requeue > 0 {
 				g.Expect(d.RequeueAfter).To(And(BeNumerically(">", 0), BeNumerically("<=", tc.requeue)))
@@ -170,4 +173,36 @@ func TestVolumeHeldElsewhere(t *testing.T) {
 	d = Decide(in)
 	g.Expect(d.Reason).To(Equal(agentsv1alpha1.ReasonSpawnDeadlineExceeded))
 	g.Expect(d.Message).To(ContainSubstring("still attached to node n1"))
+}
+
+// TestSilenceDoesNotTick: an idle or stuck session decided again 30 s later (its runner's
+// heartbeat brings a reconcile) says the same: the status is not written again for the passing
+// of time alone.
+func TestSilenceDoesNotTick(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		silence time.Duration
+		phase   agentsv1alpha1.SessionPhase
+		reason  string
+	}{
+		{"idle", 6 * time.Minute, agentsv1alpha1.PhaseWorking, agentsv1alpha1.ReasonAgentIdle},
+		{"stuck", 11 * time.Minute, agentsv1alpha1.PhaseStuck, agentsv1alpha1.ReasonAgentStuck},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := from(c.phase)
+			in.Runner.State = agentsv1alpha1.ActivityActive
+			in.Runner.LastActivityTime = in.Now.Add(-c.silence)
+			first := Decide(in)
+			g.Expect(first.Phase).To(Equal(c.phase), "%s: %s", first.Reason, first.Message)
+			g.Expect(first.Reason).To(Equal(c.reason))
+			Apply(&in.Previous, first)
+			in.Now = in.Now.Add(30 * time.Second)
+			again := Decide(in)
+			g.Expect(again.Message).To(Equal(first.Message))
+			for _, cond := range first.Conditions {
+				g.Expect(again.Conditions).To(ContainElement(HaveField("Message", cond.Message)), "condition %s", cond.Type)
+			}
+		})
+	}
 }

@@ -25,12 +25,13 @@ import (
 // runners simulates the runner of every agent pod that KWOK marks running: the kubelet's
 // TokenRequest for the projected token (audience shepherd-runner, bound to the pod), then what
 // the runner sends first: GET task, the prepare report with the workspace facts, the run's first
-// Active report.
+// Active report. The facts repeat what the local cluster's KWOK stage wrote as the checkout
+// step's result (the pod's UID stands for the head: KWOK checks out nothing), as a real runner's
+// repeat its checkout step's.
 type runners struct {
 	cs        kubernetes.Interface
 	url       string
 	tokenDir  string
-	head      string
 	queue     chan *corev1.Pod
 	seen      sync.Map // pod UID → struct{}
 	started   atomic.Int64
@@ -58,11 +59,11 @@ func (r *runners) times(session string) (seen, done time.Time) {
 	return r.seenAt[session], r.doneAt[session]
 }
 
-func startRunners(ctx context.Context, cs kubernetes.Interface, namespace, url, tokenDir, head string, workers int) (*runners, error) {
+func startRunners(ctx context.Context, cs kubernetes.Interface, namespace, url, tokenDir string, workers int) (*runners, error) {
 	if err := os.MkdirAll(tokenDir, 0o700); err != nil {
 		return nil, err
 	}
-	r := &runners{cs: cs, url: url, tokenDir: tokenDir, head: head, queue: make(chan *corev1.Pod, 100000),
+	r := &runners{cs: cs, url: url, tokenDir: tokenDir, queue: make(chan *corev1.Pod, 100000),
 		seenAt: map[string]time.Time{}, doneAt: map[string]time.Time{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -140,7 +141,7 @@ func (r *runners) start(ctx context.Context, pod *corev1.Pod) error {
 	now := time.Now().UTC()
 	reports := []runnerapi.Report{
 		{Sequence: task.LastSequence + 1, Time: now, Workspace: &runnerapi.WorkspaceReport{
-			Path: "/shepherd/workspace/worktrees/" + wt, Branch: task.Branch, Head: r.head,
+			Path: "/shepherd/workspace/worktrees/" + wt, Branch: task.Branch, Head: string(pod.UID),
 		}},
 		{Sequence: task.LastSequence + 2, Time: now, Activity: &runnerapi.ActivityReport{State: agentsv1alpha1.ActivityActive, LastActivityTime: now}},
 	}

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/resource"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/shepherd-dev/shepherd/test/scenario"
@@ -43,6 +44,9 @@ type options struct {
 	managerBurst int
 	reconciles   int
 	workers      int
+	// memLimit, when set, runs the manager in a memory cgroup of that many bytes, as a
+	// container with that limit (its soft limit follows: --memory-limit-ratio).
+	memLimit     int64
 	timeout      time.Duration
 	localcluster string
 	keepCluster  bool
@@ -58,6 +62,8 @@ func parseFlags() (options, error) {
 	flag.Float64Var(&o.managerQPS, "manager-qps", 0, "the manager's --kube-api-qps when it should differ from --qps (0: the same)")
 	flag.IntVar(&o.managerBurst, "manager-burst", 0, "the manager's --kube-api-burst when it should differ from --burst (0: the same)")
 	flag.IntVar(&o.reconciles, "reconciles", 16, "the manager's --max-concurrent-reconciles")
+	var memLimit string
+	flag.StringVar(&memLimit, "manager-memory-limit", "", "run the manager in a memory cgroup with this limit (a quantity: 320Mi), as in a container; empty: none (needs root)")
 	flag.IntVar(&o.workers, "workers", 32, "goroutines creating objects (the client's rate limiter is shared)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound of each run (bare pods or sessions)")
 	flag.StringVar(&o.localcluster, "localcluster", "go run ./hack/localcluster", "the local cluster tool")
@@ -70,6 +76,13 @@ func parseFlags() (options, error) {
 			return o, fmt.Errorf("--sessions: %q is not a number between 1 and 20000", s)
 		}
 		o.sessions = append(o.sessions, n)
+	}
+	if memLimit != "" {
+		q, err := resource.ParseQuantity(memLimit)
+		if err != nil || q.Value() < 64<<20 {
+			return o, fmt.Errorf("--manager-memory-limit: %q is not a quantity of at least 64Mi", memLimit)
+		}
+		o.memLimit = q.Value()
 	}
 	if o.managerQPS == 0 {
 		o.managerQPS = o.qps

@@ -203,3 +203,85 @@ func sortDurations(d []time.Duration) []time.Duration {
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
+
+// components are the processes whose CPU time a run reports, by their /proc comm (the kernel
+// cuts it to 15 bytes): the local cluster's control plane, KWOK, and this benchmark (its
+// creating client, informers and simulated runners). The manager is read from its own pid.
+var components = []struct{ name, comm string }{
+	{"kube-apiserver", "kube-apiserver"},
+	{"etcd", "etcd"},
+	{"kube-scheduler", "kube-scheduler"},
+	{"kube-controller-manager", "kube-controller"},
+	{"kwok", "kwok"},
+}
+
+// benchmarkComponent is this process's entry in a cpuSample.
+const benchmarkComponent = "benchmark (clients, runners)"
+
+// cpuSample is each component's CPU time at one moment.
+type cpuSample map[string]time.Duration
+
+// sampleCPU reads the CPU time of every component's processes and of this one.
+func sampleCPU() cpuSample {
+	out := cpuSample{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			continue
+		}
+		for _, c := range components {
+			if strings.TrimSpace(string(comm)) == c.comm {
+				if st, err := readProc(pid); err == nil {
+					out[c.name] += st.cpu
+				}
+			}
+		}
+	}
+	if st, err := readProc(os.Getpid()); err == nil {
+		out[benchmarkComponent] = st.cpu
+	}
+	return out
+}
+
+// cpuSince is each component's CPU time since before.
+func cpuSince(before cpuSample) cpuSample {
+	out := cpuSample{}
+	for k, v := range sampleCPU() {
+		out[k] = v - before[k]
+	}
+	return out
+}
+
+// orderCorrelation is Spearman's rank correlation between the order objects were created in
+// and the order they got there (done[i]: object i's time, zero when it never did; those are
+// left out): 1 when they got there in creation order, 0 when the order is unrelated.
+func orderCorrelation(done []time.Time) float64 {
+	idx := make([]int, 0, len(done))
+	for i, t := range done {
+		if !t.IsZero() {
+			idx = append(idx, i)
+		}
+	}
+	n := len(idx)
+	if n < 2 {
+		return 1
+	}
+	byTime := append([]int(nil), idx...)
+	sort.SliceStable(byTime, func(a, b int) bool { return done[byTime[a]].Before(done[byTime[b]]) })
+	rank := make(map[int]int, n)
+	for r, i := range byTime {
+		rank[i] = r
+	}
+	var d2 float64
+	for r, i := range idx { // idx is in creation order
+		d := float64(r - rank[i])
+		d2 += d * d
+	}
+	nf := float64(n)
+	return 1 - 6*d2/(nf*(nf*nf-1))
+}

@@ -57,3 +57,29 @@ func TestShepherdStored(t *testing.T) {
 		t.Errorf("own %v events %v, want 50 and 30", own, events)
 	}
 }
+
+func TestOrderCorrelation(t *testing.T) {
+	at := func(s ...int) []time.Time {
+		out := make([]time.Time, len(s))
+		for i, v := range s {
+			if v >= 0 {
+				out[i] = time.Unix(int64(v), 0)
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		done []time.Time
+		want float64
+	}{
+		{"in creation order", at(1, 2, 3, 4, 5), 1},
+		{"reversed", at(5, 4, 3, 2, 1), -1},
+		{"never there is left out", at(1, -1, 2, 3), 1},
+		{"one swap of five", at(2, 1, 3, 4, 5), 0.9},
+	} {
+		if got := orderCorrelation(c.done); got < c.want-1e-9 || got > c.want+1e-9 {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
+	"github.com/shepherd-dev/shepherd/internal/memlimit"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
@@ -49,7 +49,19 @@ type runStats struct {
 	toPod, toReports, toWorking []time.Duration
 	// toWorktree: create → the session's Worktree Ready.
 	toWorktree []time.Duration
+	// done is how many objects got there; stoppedAt, when not zero, the timeout that stopped a
+	// run before all did (the run is then a bound).
+	done      int
+	stoppedAt time.Duration
+	// order: Spearman's rank correlation of creation order and Working order (1: in order).
+	order float64
+	// cpu is each component's CPU time during the run, from just before the first create to
+	// the last object there (the manager's start-up is left out).
+	cpu cpuSample
 }
+
+// managerComponent is the manager's entry in a run's cpu.
+const managerComponent = "manager"
 
 type result struct {
 	n          int
@@ -128,42 +140,66 @@ func (r *readyTimes) count() int {
 	return len(r.at)
 }
 
-// wait waits for every object, printing progress every 10s.
-func (r *readyTimes) wait(ctx context.Context, what string, timeout time.Duration, extra func() string) error {
+// wait waits for every object, printing progress every 10s. When ctx or timeout ends first it
+// returns false and no error: the run is a bound (how many got there in that time), which the
+// benchmark reports like a whole run; only the parent's end (an interrupt) is an error.
+func (r *readyTimes) wait(ctx, parent context.Context, what string, timeout time.Duration, extra func() string) (bool, error) {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	deadline := time.After(timeout)
 	for {
 		select {
 		case <-r.done:
-			return nil
+			return true, nil
 		case <-ctx.Done():
-			return ctx.Err()
+			if parent.Err() != nil {
+				return false, parent.Err()
+			}
+			logf("  stopped at the timeout: %d of %d %s after %s%s", r.count(), r.want, what, timeout, extra())
+			return false, nil
 		case <-deadline:
-			return fmt.Errorf("%d of %d %s after %s%s", r.count(), r.want, what, timeout, extra())
+			logf("  stopped at the timeout: %d of %d %s after %s%s", r.count(), r.want, what, timeout, extra())
+			return false, nil
 		case <-t.C:
 			logf("  %d/%d %s%s", r.count(), r.want, what, extra())
 		}
 	}
 }
 
-// stats turns create starts and ready times into the run's latencies and total.
+// stats turns create starts and ready times into the run's latencies and total. Objects that
+// never got there (a run stopped at its timeout) are left out of the latencies; the total is
+// then until the last one that did.
 func (r *readyTimes) stats(names []string, starts []time.Time) (time.Duration, []time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var first, last time.Time
 	lat := make([]time.Duration, 0, len(names))
 	for i, name := range names {
-		at := r.at[name]
-		lat = append(lat, at.Sub(starts[i]))
 		if first.IsZero() || starts[i].Before(first) {
 			first = starts[i]
 		}
+		at, ok := r.at[name]
+		if !ok {
+			continue
+		}
+		lat = append(lat, at.Sub(starts[i]))
 		if at.After(last) {
 			last = at
 		}
 	}
 	return last.Sub(first), lat
+}
+
+// order is how closely the objects got there in the order of names (their creation order):
+// Spearman's rank correlation.
+func (r *readyTimes) order(names []string) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	done := make([]time.Time, len(names))
+	for i, name := range names {
+		done[i] = r.at[name]
+	}
+	return orderCorrelation(done)
 }
 
 // watchNamespace runs an informer of obj's kind in ns, calling f on every add and update.
@@ -226,6 +262,7 @@ func (c *cluster) barePods(ctx context.Context, o options, n int) (runStats, err
 	if err != nil {
 		return runStats{}, err
 	}
+	cpuBefore := sampleCPU()
 	sel, tol := kwokScheduling()
 	names := make([]string, n)
 	for i := range names {
@@ -248,14 +285,19 @@ func (c *cluster) barePods(ctx context.Context, o options, n int) (runStats, err
 	if err != nil {
 		return runStats{}, fmt.Errorf("create pods: %w", err)
 	}
-	if err := ready.wait(runCtx, "pods Ready", o.timeout, func() string { return "" }); err != nil {
+	complete, err := ready.wait(runCtx, ctx, "pods Ready", o.timeout, func() string { return "" })
+	if err != nil {
 		return runStats{}, err
+	}
+	if !complete {
+		// The sessions' ratios need the whole baseline.
+		return runStats{}, fmt.Errorf("%d of %d bare pods Ready after %s: the cluster itself is short", ready.count(), n, o.timeout)
 	}
 	after, err := apiRequests(ctx, c.cs)
 	if err != nil {
 		return runStats{}, err
 	}
-	st := runStats{writes: writes(before, after)}
+	st := runStats{writes: writes(before, after), done: n, cpu: cpuSince(cpuBefore)}
 	st.total, st.latencies = ready.stats(names, starts)
 	logf("  %d pods Ready in %s", n, st.total.Round(time.Millisecond))
 	return st, nil
@@ -335,6 +377,11 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 				StorageClassName: ptr.To(benchClass), AccessMode: string(corev1.ReadWriteMany),
 			}},
 			Scheduling: &agentsv1alpha1.SchedulingSpec{NodeSelector: sel, Tolerations: tol},
+			// The simulated runners report once, a real agent's runner goes on reporting its
+			// activity: with the defaults (idle after 5 minutes, stuck after 10) the sessions
+			// Working first would turn Idle and Stuck while later ones start, writes no real
+			// fan-out makes (at N=10,000 on 2026-12-06, 5948 sessions went Stuck during the run).
+			Activity: &agentsv1alpha1.ActivitySpec{IdleAfter: &metav1.Duration{Duration: 24 * time.Hour}, StuckAfter: &metav1.Duration{Duration: 48 * time.Hour}},
 		},
 	}
 	if err := c.cl.Create(ctx, project); err != nil {
@@ -346,11 +393,7 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 
 	runCtx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	head, err := output(ctx, time.Minute, "git", "--git-dir", forge.Server.GitDir(forge.Repo()), "rev-parse", "main")
-	if err != nil {
-		return runStats{}, err
-	}
-	run, err := startRunners(runCtx, c.cs, ns, "http://"+managerRunner, filepath.Join(o.workDir, "tokens"), strings.TrimSpace(head), o.workers)
+	run, err := startRunners(runCtx, c.cs, ns, "http://"+managerRunner, filepath.Join(o.workDir, "tokens"), o.workers)
 	if err != nil {
 		return runStats{}, err
 	}
@@ -383,6 +426,10 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 	if err != nil {
 		return runStats{}, err
 	}
+	cpuBefore, mgrCPUBefore := sampleCPU(), time.Duration(0)
+	if p, err := readProc(mgr.cmd.Process.Pid); err == nil {
+		mgrCPUBefore = p.cpu
+	}
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("s-%05d", i)
@@ -403,7 +450,8 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 	extra := func() string {
 		return fmt.Sprintf(" (runners started %d, failed %d %s)", run.started.Load(), run.failures.Load(), run.lastErr())
 	}
-	if err := working.wait(runCtx, "sessions Working", o.timeout, extra); err != nil {
+	complete, err := working.wait(runCtx, ctx, "sessions Working", o.timeout, extra)
+	if err != nil {
 		return runStats{}, fmt.Errorf("%w (manager log: %s)", err, mgr.logFile)
 	}
 	after, err := apiRequests(ctx, c.cs)
@@ -415,7 +463,10 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 		return runStats{}, err
 	}
 	st := runStats{writes: writes(before, after), managerWrites: mgrAfter - mgrBefore, managerByKind: map[string]float64{},
-		runnerFailures: run.failures.Load(), runnerLastError: run.lastErr()}
+		runnerFailures: run.failures.Load(), runnerLastError: run.lastErr(), done: working.count(), cpu: cpuSince(cpuBefore)}
+	if !complete {
+		st.stoppedAt = o.timeout
+	}
 	for k, v := range byAfter {
 		if d := v - byBefore[k]; d > 0 {
 			st.managerByKind[k] = d
@@ -424,8 +475,10 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 	if st.proc, err = readProc(mgr.cmd.Process.Pid); err != nil {
 		return runStats{}, err
 	}
+	st.cpu[managerComponent] = st.proc.cpu - mgrCPUBefore
 	st.objectBytes = objectSizes(ctx, c.cl, ns)
 	st.total, st.latencies = working.stats(names, starts)
+	st.order = working.order(names)
 	working.mu.Lock()
 	wtReady.mu.Lock()
 	for i, name := range names {
@@ -442,7 +495,7 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 	}
 	wtReady.mu.Unlock()
 	working.mu.Unlock()
-	logf("  %d sessions Working in %s; manager peak RSS %d MiB, %s CPU", n, st.total.Round(time.Millisecond),
+	logf("  %d of %d sessions Working in %s; manager peak RSS %d MiB, %s CPU", st.done, n, st.total.Round(time.Millisecond),
 		st.proc.peakRSS>>20, st.proc.cpu.Round(100*time.Millisecond))
 	report(st)
 	return st, nil
@@ -504,31 +557,53 @@ func startManager(ctx context.Context, o options, kubeconfig, ns string, n int) 
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin,
-		"--kubeconfig="+kubeconfig, "--watch-namespaces="+ns, "--leader-elect=false",
-		"--metrics-bind-address="+managerMetrics, "--metrics-secure=false", "--health-probe-bind-address="+managerProbes,
+	argv := []string{bin,
+		"--kubeconfig=" + kubeconfig, "--watch-namespaces=" + ns, "--leader-elect=false",
+		"--metrics-bind-address=" + managerMetrics, "--metrics-secure=false", "--health-probe-bind-address=" + managerProbes,
 		// Profiles on loopback, for a run that needs a look inside (go tool pprof http://127.0.0.1:18082/debug/pprof/goroutine).
 		"--pprof-bind-address=127.0.0.1:18082",
 		// Plain HTTP on loopback: the simulated runners are this process (KWOK pods run
 		// nothing to verify a certificate with); TLS's cost is not what this benchmark measures.
-		"--runner-bind-address="+managerRunner, "--runner-url=http://"+managerRunner, "--runner-tls=false", "--webhook-bind-address=0",
+		"--runner-bind-address=" + managerRunner, "--runner-url=http://" + managerRunner, "--runner-tls=false", "--webhook-bind-address=0",
 		// KWOK pods run nothing: no egress proxy to point them at.
 		"--egress-proxy-url=none",
 		// The fake GitHub listens on loopback, which the manager's outbound guard refuses.
 		"--outbound-allow-cidrs=127.0.0.0/8",
 		fmt.Sprintf("--kube-api-qps=%g", o.managerQPS), fmt.Sprintf("--kube-api-burst=%d", o.managerBurst),
 		fmt.Sprintf("--max-concurrent-reconciles=%d", o.reconciles),
-	)
+	}
+	var cg *memlimit.Cgroup
+	if o.memLimit > 0 {
+		c, err := memlimit.NewCgroup(memlimit.Root, fmt.Sprintf("shepherd-bench-fanout-%d", n), o.memLimit)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("--manager-memory-limit: %w", err)
+		}
+		cg, argv = &c, c.JoinArgs(argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group (Ctrl-C reaches the benchmark, which stops it in order), and killed
 	// with the benchmark if that dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
+		if cg != nil {
+			_ = cg.Remove()
+		}
 		return nil, err
 	}
 	m := &manager{cmd: cmd, logFile: logFile, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(m.exited) }()
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		if cg != nil {
+			if err := cg.Remove(); err != nil {
+				logf("  remove the manager's cgroup %s: %v", cg.Dir, err)
+			}
+		}
+		close(m.exited)
+	}()
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-m.exited:
@@ -552,6 +627,9 @@ func startManager(ctx context.Context, o options, kubeconfig, ns string, n int) 
 		return nil, fmt.Errorf("the manager did not become ready: %w (log: %s)", err, logFile)
 	}
 	logf("  manager started (pid %d, log %s)", cmd.Process.Pid, logFile)
+	if cg != nil {
+		logf("  manager in memory cgroup %s, limit %d MiB (its soft limit: the log's \"Soft memory limit\")", cg.Dir, o.memLimit>>20)
+	}
 	return m, nil
 }
 
@@ -575,10 +653,15 @@ func printResult(r result) {
 	row := func(name string, base, sess time.Duration) {
 		fmt.Printf("%-44s %14s %14s %7.2fx\n", name, base.Round(time.Millisecond), sess.Round(time.Millisecond), float64(sess)/float64(max(base, 1)))
 	}
+	if s.stoppedAt > 0 {
+		fmt.Printf("STOPPED at the timeout: %d of %d sessions Working after %s (%.2f a second); the rows below are of those %d\n",
+			s.done, r.n, s.stoppedAt, float64(s.done)/s.stoppedAt.Seconds(), s.done)
+	}
 	row("total: first create → all Ready / Working", b.total, s.total)
 	row("per object p50", percentile(bl, 0.50), percentile(sl, 0.50))
 	row("per object p99", percentile(bl, 0.99), percentile(sl, 0.99))
 	row("per object max", percentile(bl, 1), percentile(sl, 1))
+	fmt.Printf("%-44s %14s %14.3f\n", "Working in creation order (Spearman's ρ)", "", s.order)
 	for _, ph := range []struct {
 		name string
 		d    []time.Duration
@@ -598,6 +681,15 @@ func printResult(r result) {
 	fmt.Printf("%-44s %14s %14s\n", "bytes per object (JSON as served)", "", fmt.Sprintf("session %d, Worktree %d, pod %d",
 		s.objectBytes["AgentSession"], s.objectBytes["Worktree"], s.objectBytes["Pod"]))
 	fmt.Printf("%-44s %14s %14.1f s\n", "manager CPU", "", s.proc.cpu.Seconds())
+	fmt.Printf("%-44s %14s %14s %8s\n", "CPU per object during the run (ms)", "bare pods", "sessions", "ratio")
+	for _, c := range append(components, struct{ name, comm string }{benchmarkComponent, ""}, struct{ name, comm string }{managerComponent, ""}) {
+		bc, sc := b.cpu[c.name].Seconds()*1000/float64(r.n), s.cpu[c.name].Seconds()*1000/float64(r.n)
+		if c.name == managerComponent {
+			fmt.Printf("  %-42s %14s %14.1f\n", c.name, "", sc) // no manager in the bare pods' run
+			continue
+		}
+		fmt.Printf("  %-42s %14.1f %14.1f %7.2fx\n", c.name, bc, sc, sc/max(bc, 0.001))
+	}
 	if s.runnerFailures > 0 {
 		fmt.Printf("simulated runners that failed: %d (last: %s)\n", s.runnerFailures, s.runnerLastError)
 	}
@@ -632,18 +724,31 @@ func printSummary(results []result) {
 	fmt.Println()
 	fmt.Println("=== summary (issue 23 targets: time ratio ÷ write ratio ≤ 1.0 at every N, the time ratio at 5000 no higher than at 1000;")
 	fmt.Println("    p99 ≤ 1.5× p50; ≤ 6 of Shepherd's stored writes per session and ≤ 2 events beyond a bare pod's; peak RSS ≤ 300 MiB at 5000, ≤ 500 MiB at 10,000)")
-	fmt.Printf("%6s %11s %11s %7s %7s %8s %9s %9s %7s %9s %8s %9s %8s\n", "N", "bare pods", "sessions", "time×", "write×", "time÷wr",
+	fmt.Printf("%6s %11s %11s %7s %7s %8s %8s %9s %9s %7s %9s %8s %9s %8s\n", "N", "bare pods", "sessions", "time×", "write×", "time÷wr", "apiCPU×",
 		"p50", "p99", "p99/p50", "stored/s", "events/s", "peak RSS", "CPU")
+	var stopped []string
 	for _, r := range results {
 		sl := sortDurations(r.sess.latencies)
 		p50, p99 := percentile(sl, 0.5), percentile(sl, 0.99)
-		timeRatio := float64(r.sess.total) / float64(max(r.base.total, 1))
+		sessTotal, mark := r.sess.total, ""
+		if r.sess.stoppedAt > 0 {
+			// A bound: the whole N at the rate the run kept until its timeout.
+			sessTotal, mark = time.Duration(float64(r.sess.stoppedAt)*float64(r.n)/float64(max(r.sess.done, 1))), "*"
+			stopped = append(stopped, fmt.Sprintf("N=%d stopped at the timeout with %d Working after %s: its total is extrapolated at that rate,"+
+				" its percentiles are of the %d, its writes per session are of all %d (the %d not yet Working included)", r.n, r.sess.done, r.sess.stoppedAt, r.sess.done, r.n, r.n-r.sess.done))
+		}
+		timeRatio := float64(sessTotal) / float64(max(r.base.total, 1))
 		writeRatio := total(r.sess.writes) / max(total(r.base.writes), 0.001)
+		apiRatio := r.sess.cpu[components[0].name].Seconds() / max(r.base.cpu[components[0].name].Seconds(), 0.001)
 		own, events := shepherdStored(r.sess.writes)
 		_, baseEvents := shepherdStored(r.base.writes)
-		fmt.Printf("%6d %11s %11s %6.2fx %6.2fx %8.2f %9s %9s %7.2f %9.2f %8.2f %5d MiB %7.1fs\n", r.n,
-			r.base.total.Round(100*time.Millisecond), r.sess.total.Round(100*time.Millisecond), timeRatio, writeRatio, timeRatio/max(writeRatio, 0.001),
+		fmt.Printf("%6d %11s %11s %6.2fx %6.2fx %8.2f %7.2fx %9s %9s %7.2f %9.2f %8.2f %5d MiB %7.1fs\n", r.n,
+			r.base.total.Round(100*time.Millisecond), sessTotal.Round(100*time.Millisecond).String()+mark, timeRatio, writeRatio, timeRatio/max(writeRatio, 0.001), apiRatio,
 			p50.Round(100*time.Millisecond), p99.Round(100*time.Millisecond), float64(p99)/float64(max(p50, 1)),
 			own/float64(r.n), (events-baseEvents)/float64(r.n), r.sess.proc.peakRSS>>20, r.sess.proc.cpu.Seconds())
+	}
+	fmt.Println("apiCPU×: the kube-apiserver's CPU time during the sessions' run over the bare pods' (the same N)")
+	for _, s := range stopped {
+		fmt.Println("* " + s)
 	}
 }
