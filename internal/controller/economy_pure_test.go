@@ -29,7 +29,7 @@ func TestEnqueueAfterCoalesces(t *testing.T) {
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()
 	const delay = 200 * time.Millisecond
-	h := enqueueAfter(delay, func(o client.Object) types.NamespacedName {
+	h := enqueueAfter(func(types.NamespacedName) time.Duration { return delay }, func(o client.Object) types.NamespacedName {
 		return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name}
 	})
 	ctx := context.Background()
@@ -57,6 +57,49 @@ func TestEnqueueAfterCoalesces(t *testing.T) {
 	// A session without a Project name enqueues nothing.
 	h.Create(ctx, event.CreateEvent{Object: &agentsv1alpha1.AgentSession{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}}, q)
 	g.Consistently(q.Len).WithTimeout(3 * delay).Should(BeZero())
+}
+
+// TestCountDelayGrowsWithTheProject: a Project's count waits its base delay up to a thousand
+// sessions, then a millisecond per session (a count reads them all), up to 30 s; never below
+// the base; the count it waits by is the Project's own last one.
+func TestCountDelayGrowsWithTheProject(t *testing.T) {
+	for _, tc := range []struct {
+		base     time.Duration
+		sessions int
+		want     time.Duration
+	}{
+		{time.Second, 0, time.Second},
+		{time.Second, 10, time.Second},
+		{time.Second, 1000, time.Second},
+		{time.Second, 5000, 5 * time.Second},
+		{time.Second, 10_000, 10 * time.Second},
+		{time.Second, 100_000, 30 * time.Second},
+		{time.Minute, 100_000, time.Minute},
+		{50 * time.Millisecond, 20, 50 * time.Millisecond},
+		{50 * time.Millisecond, 200, 200 * time.Millisecond},
+	} {
+		if got := coalesceDelay(tc.base, tc.sessions); got != tc.want {
+			t.Errorf("coalesceDelay(%s, %d) = %s, want %s", tc.base, tc.sessions, got, tc.want)
+		}
+	}
+
+	r := &ProjectReconciler{Deps: &Deps{}}
+	big, small := types.NamespacedName{Namespace: "a", Name: "fleet"}, types.NamespacedName{Namespace: "b", Name: "fleet"}
+	if got := r.countDelay(big); got != time.Second {
+		t.Errorf("a Project not counted yet waits the default: %s", got)
+	}
+	r.counted.Store(big, 8000)
+	r.counted.Store(small, 3)
+	if got := r.countDelay(big); got != 8*time.Second {
+		t.Errorf("a Project of 8000 sessions waits 8s, got %s", got)
+	}
+	if got := r.countDelay(small); got != time.Second {
+		t.Errorf("another namespace's Project of 3 waits its own 1s, got %s", got)
+	}
+	r.forget(big)
+	if got := r.countDelay(big); got != time.Second {
+		t.Errorf("a deleted Project's count is forgotten: %s", got)
+	}
 }
 
 // TestWorktreeObservedTimeMovesOnChangeOrAfterAMinute: runners report every few seconds; the

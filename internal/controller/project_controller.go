@@ -53,6 +53,11 @@ type ProjectReconciler struct {
 	access   map[types.UID]accessCheck
 
 	backlog backlogMemory
+
+	// counted is how many sessions each Project had at its last count (types.NamespacedName →
+	// int): how long its next count waits (coalesceDelay). Memory, not state: after a restart
+	// the first count sets it again.
+	counted sync.Map
 }
 
 // accessCheck remembers the last repository check, so that reconciles caused by session changes
@@ -176,6 +181,7 @@ func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope
 	s.sessions = list.Items
 	s.sessionsRead = true
 	s.counts = countSessions(list.Items)
+	r.counted.Store(client.ObjectKeyFromObject(s.project), len(list.Items))
 	var wts agentsv1alpha1.WorktreeList
 	if err := r.Client.List(ctx, &wts, client.InNamespace(s.project.Namespace), client.MatchingFields{indexProject: s.project.Name},
 		client.UnsafeDisableDeepCopy); err != nil {
@@ -192,12 +198,17 @@ func (r *ProjectReconciler) observeSessions(ctx context.Context, s *projectScope
 	return nil
 }
 
-// countDelay is Options.SessionCountDelay or its default.
-func (r *ProjectReconciler) countDelay() time.Duration {
-	if r.Options.SessionCountDelay > 0 {
-		return r.Options.SessionCountDelay
+// countDelay is how long key's session and Worktree changes gather before the Project counts
+// them again: Options.SessionCountDelay (or its default), longer for a Project of thousands of
+// sessions (coalesceDelay).
+func (r *ProjectReconciler) countDelay(key types.NamespacedName) time.Duration {
+	base := r.Options.SessionCountDelay
+	if base <= 0 {
+		base = defaultSessionCountDelay
 	}
-	return defaultSessionCountDelay
+	n, _ := r.counted.Load(key)
+	c, _ := n.(int)
+	return coalesceDelay(base, c)
 }
 
 // forget drops what this process keeps about a deleted Project.
@@ -210,6 +221,7 @@ func (r *ProjectReconciler) forget(key types.NamespacedName) {
 	}
 	r.accessMu.Unlock()
 	r.backlog.forget(key)
+	r.counted.Delete(key)
 	r.Issues.forgetProject(key)
 	r.forgetTracker(key)
 	r.Metrics.ForgetProject(key.Namespace, key.Name)
@@ -598,11 +610,11 @@ func (r *ProjectReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&networkingv1.NetworkPolicy{}).
 		// Session counts are coalesced: a fan-out of thousands of sessions changes phases thousands
 		// of times a minute, and the Project's status needs one write per burst, not one per change.
-		Watches(&agentsv1alpha1.AgentSession{}, enqueueAfter(r.countDelay(), func(o client.Object) types.NamespacedName {
+		Watches(&agentsv1alpha1.AgentSession{}, enqueueAfter(r.countDelay, func(o client.Object) types.NamespacedName {
 			return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.AgentSession).Spec.ProjectRef.Name}
 		}), builder.WithPredicates(sessionPhaseChanged())).
 		// A Worktree's prepare is the mirror's news (MirrorReady), coalesced like the sessions.
-		Watches(&agentsv1alpha1.Worktree{}, enqueueAfter(r.countDelay(), func(o client.Object) types.NamespacedName {
+		Watches(&agentsv1alpha1.Worktree{}, enqueueAfter(r.countDelay, func(o client.Object) types.NamespacedName {
 			return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*agentsv1alpha1.Worktree).Spec.ProjectRef.Name}
 		}), builder.WithPredicates(worktreePhaseChanged())).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.projectsForSecret), builder.OnlyMetadata).
