@@ -30,7 +30,7 @@ bench-session-start: ## Session start on the local cluster's node, 50k-file repo
 FANOUT_FLAGS ?= --sessions=1000,5000,10000 --qps=1000 --burst=2000 --timeout=45m
 
 .PHONY: bench-fanout
-bench-fanout: ## N AgentSessions at once on KWOK nodes (runners simulated) against N bare pods, same client settings (brings the cluster up with KWOK nodes, leaves it up).
+bench-fanout: install-deps ## N AgentSessions at once on KWOK nodes (runners simulated) against N bare pods, same client settings (brings the cluster up with KWOK nodes, leaves it up).
 	go run ./hack/bench/fanout $(FANOUT_FLAGS)
 
 .PHONY: bench-webhooks

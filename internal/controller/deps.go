@@ -122,7 +122,8 @@ type Options struct {
 	// AccessCheckInterval is how often a Project's repository access is re-checked.
 	AccessCheckInterval time.Duration
 	// SessionCountDelay is how long the Project controller lets session phase changes gather
-	// before it counts them again (default 1s): one status write per burst, not per change.
+	// before it counts them again (default 1s): one status write per burst, not per change. A
+	// Project of more than a thousand sessions waits longer (coalesceDelay).
 	SessionCountDelay time.Duration
 }
 

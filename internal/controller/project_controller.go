@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -604,7 +605,12 @@ func mergeStorage(base, override *agentsv1alpha1.StorageSpec) agentsv1alpha1.Sto
 // they reference (metadata only).
 func (r *ProjectReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&agentsv1alpha1.Project{}).
+		// Not woken by a write to its status (its own, most of all): during a fan-out every count
+		// changed, so every reconcile wrote and the write woke it again, back to back, each
+		// reconcile reading all of its sessions; the coalescing of session changes below never
+		// got a say. What a person changes moves the generation, an annotation or a label.
+		For(&agentsv1alpha1.Project{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
+			predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
 		Owns(&networkingv1.NetworkPolicy{}).

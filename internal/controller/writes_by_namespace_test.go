@@ -19,7 +19,7 @@ type writesByNamespace struct {
 	n  map[string]int
 }
 
-// in is how many writes of kind (lower case, "networkpolicy") were sent in namespace ns.
+// in is how many writes of kind (lower case, "networkpolicy"; "project/status" for a status) were sent in namespace ns.
 func (w *writesByNamespace) in(ns, kind string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -37,14 +37,17 @@ func newCountingClient(cfg *rest.Config, o client.Options) (client.Client, error
 
 type nsCountingClient struct{ client.Client }
 
-func (c *nsCountingClient) count(obj client.Object) {
+func (c *nsCountingClient) count(obj client.Object) { c.countAs(obj, "") }
+
+// countAs counts a write of obj's kind, with suffix ("/status") for a subresource.
+func (c *nsCountingClient) countAs(obj client.Object, suffix string) {
 	kind := obj.GetObjectKind().GroupVersionKind().Kind
 	if gvk, err := c.GroupVersionKindFor(obj); kind == "" && err == nil {
 		kind = gvk.Kind
 	}
 	managerWrites.mu.Lock()
 	defer managerWrites.mu.Unlock()
-	managerWrites.n[obj.GetNamespace()+"/"+strings.ToLower(kind)]++
+	managerWrites.n[obj.GetNamespace()+"/"+strings.ToLower(kind)+suffix]++
 }
 
 func (c *nsCountingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
@@ -65,4 +68,24 @@ func (c *nsCountingClient) Patch(ctx context.Context, obj client.Object, patch c
 func (c *nsCountingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
 	c.count(obj)
 	return c.Client.Delete(ctx, obj, opts...)
+}
+
+// Status counts the status writes as kind+"/status" ("project/status").
+func (c *nsCountingClient) Status() client.SubResourceWriter {
+	return &nsCountingStatus{SubResourceWriter: c.Client.Status(), c: c}
+}
+
+type nsCountingStatus struct {
+	client.SubResourceWriter
+	c *nsCountingClient
+}
+
+func (s *nsCountingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	s.c.countAs(obj, "/status")
+	return s.SubResourceWriter.Update(ctx, obj, opts...)
+}
+
+func (s *nsCountingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	s.c.countAs(obj, "/status")
+	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
