@@ -47,10 +47,12 @@ func runHelm(t *testing.T, values map[string]any, args ...string) (string, error
 		}
 		args = append(args, "-f", p)
 	}
+	// Helm first: on a cold cache its first call builds it, which is not helm's time to run.
+	bin := helm(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, helm(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return out.String() + errb.String(), err
@@ -406,10 +408,11 @@ func TestChartArgoCDConfigMapIsNotTakenOver(t *testing.T) {
 	c.must("-n", "argocd", "create", "configmap", "argocd-cm", "--from-literal=url=https://argocd.example.com")
 	home := t.TempDir()
 	env := []string{"KUBECONFIG=" + c.kubeconfig, "HELM_CACHE_HOME=" + home, "HELM_CONFIG_HOME=" + home, "HELM_DATA_HOME=" + home}
+	bin := helm(t)
 	helmIn := func(args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, helm(t), args...)
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = append(os.Environ(), env...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err

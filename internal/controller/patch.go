@@ -197,7 +197,7 @@ const (
 	maxCountDelay        = 30 * time.Second
 )
 
-// coalesceDelay is how long a Project with sessions sessions (at its last count) lets session and
+// coalesceDelay is how long a Project with n sessions (at its last count) lets session and
 // Worktree changes gather before it counts them again: base, or a millisecond per session when
 // that is longer, up to maxCountDelay (never below base). A Project reconcile reads every one of
 // its sessions, so a fixed delay made the Project controller's work grow with N every second,
@@ -205,8 +205,8 @@ const (
 // second copied 16 MB of session structs a second out of the cache (issue 23's heap profile).
 // Spaced by the count, it reads about one session a millisecond whatever the size; the cost is
 // that a Project of 10,000 sessions shows its counts and spend up to 10 s late.
-func coalesceDelay(base time.Duration, sessions int) time.Duration {
-	d := time.Duration(sessions) * countDelayPerSession
+func coalesceDelay(base time.Duration, n int) time.Duration {
+	d := time.Duration(n) * countDelayPerSession
 	if d > maxCountDelay {
 		d = maxCountDelay
 	}
