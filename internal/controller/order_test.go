@@ -56,6 +56,7 @@ var _ = Describe("Work in order", Serial, func() {
 		// session controller has one worker, so the order in which it takes its queue is the
 		// order of the reconciles: an action hook holds that worker in one session's reconcile
 		// while the others queue.
+		Expect(ctrlConfig().MaxConcurrentReconciles).To(BeNumerically("<=", 1), "the order of reconciles is the queue's order only with one worker")
 		w := newWorld()
 		create(w.project().Obj())
 		firstKey := types.NamespacedName{Namespace: w.ns, Name: "first"}
