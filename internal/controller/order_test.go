@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
@@ -24,25 +23,8 @@ import (
 // priority), from controller-runtime's own gauge (workqueue_depth). The gauge is process-wide
 // and outlives a stopped manager's queue, so callers compare a reading with an earlier one.
 func queueReady() float64 {
-	GinkgoHelper()
-	mfs, err := ctrlmetrics.Registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "workqueue_depth" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["name"] == "agentsession" {
-				n += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return n
+	v, _ := sample(gather(), "workqueue_depth", map[string]string{"name": "agentsession"})
+	return v
 }
 
 // Serial: it holds the session controller's one worker (the suite runs one per controller,
