@@ -4,7 +4,7 @@
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bench-scm bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream bench-proxy ## Run every benchmark.
+bench: bench-scm bench-poller-plan bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream bench-proxy ## Run every benchmark.
 
 .PHONY: bench-scm
 bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
@@ -50,3 +50,7 @@ BENCH_PROXY_CONCURRENCY ?= 1
 bench-proxy: ## The model proxy on loopback: p50/p99 latency it adds to a streamed Claude Code request and its CPU per 1000 requests, against the model server called directly (same run); checks its metering.
 	go test ./test/bench/modelproxy/ -run '^$$' -bench BenchmarkModelProxy -benchtime 1x -timeout 10m \
 		-requests $(BENCH_PROXY_REQUESTS) -concurrency $(BENCH_PROXY_CONCURRENCY)
+
+.PHONY: bench-poller-plan
+bench-poller-plan: ## One plan of the SCM Poller over 1000, 10,000 and 50,000 followed items: time and bytes against sorting every candidate (same run).
+	go test ./internal/scm/ -run '^$$' -bench BenchmarkPollerPlan -benchtime 1x -timeout 10m

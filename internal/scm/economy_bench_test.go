@@ -14,8 +14,11 @@ package scm_test
 //
 //	go test ./internal/scm/ -run '^$' -bench BenchmarkSCMEconomy -benchtime 1x -timeout 30m
 //
-// Flags: -scm.prs (default 1000), -scm.minutes (default 60). A full run takes about 4½ minutes
-// on 2 cores, most of it serving the naive poll's 240,000 requests.
+// It then measures the first reads of a fan-out (-scm.fanout new sessions, default 1000,
+// registered at 10 a second with no pull request yet) against one lookup per session.
+//
+// Flags: -scm.prs (default 1000), -scm.minutes (default 60), -scm.fanout. A full run takes about
+// 4½ minutes on 2 cores, most of it serving the naive poll's 240,000 requests.
 
 import (
 	"flag"
@@ -32,6 +35,7 @@ import (
 var (
 	benchPRs     = flag.Int("scm.prs", 1000, "open pull requests in the SCM economy benchmark")
 	benchMinutes = flag.Int("scm.minutes", 60, "simulated minutes in the SCM economy benchmark")
+	benchFanOut  = flag.Int("scm.fanout", 1000, "new sessions registered in the fan-out part of the SCM economy benchmark (0: skip it)")
 )
 
 func BenchmarkSCMEconomy(b *testing.B) {
@@ -65,6 +69,25 @@ func BenchmarkSCMEconomy(b *testing.B) {
 			fmt.Fprintf(out, " %s n=%d p50=%s max=%s;", strings.TrimSuffix(k, "/"), len(v), v[len(v)/2], v[len(v)-1])
 		}
 		fmt.Fprintf(out, "\n\n")
+		if *benchFanOut > 0 {
+			// A fan-out: the sessions' first reads, registered at 10 a second (a fast manager's
+			// pace in make bench-fanout), against one lookup each.
+			const perSecond = 10
+			fanNaive := economy.RunFanOutNaive(b, *benchFanOut, perSecond)
+			fan := economy.RunFanOutPoller(b, *benchFanOut, perSecond)
+			fmt.Fprintf(out, "SCM economy of a fan-out: %d new sessions (no pull request yet) registered at %d a second\n", *benchFanOut, perSecond)
+			fmt.Fprintf(out, "%-24s %10s %8s %8s %10s %12s %9s %20s\n", "", "REST", "GQL q", "GQL pts", "counted", "per session", "vs naive", "first read p50/p99/max")
+			for _, r := range []economy.FanOut{fanNaive, fan} {
+				fmt.Fprintf(out, "%-24s %10d %8d %8d %10d %12.3f %8.2f%% %20s\n", r.Name, r.REST, r.GQLQueries, r.GQLPoints, r.Counted(),
+					float64(r.Counted())/float64(r.Sessions), 100*float64(r.Counted())/float64(fanNaive.Counted()),
+					fmt.Sprintf("%s/%s/%s", r.FirstReadP50, r.FirstReadP99, r.FirstReadMax))
+			}
+			fmt.Fprintln(out)
+			b.ReportMetric(float64(fan.Counted())/float64(fan.Sessions), "fanout-counted/session")
+			if per := float64(fan.Counted()) / float64(fan.Sessions); per > 0.1 || fan.FirstReadMax > 2*time.Second {
+				b.Errorf("fan-out: %.3f counted requests per session (target ≤ 0.1), first read at worst %s after registration (target ≤ 2s)", per, fan.FirstReadMax)
+			}
+		}
 		b.ReportMetric(float64(polling.Counted())/prHours, "polling-counted/PR-h")
 		b.ReportMetric(float64(hooks.Counted())/prHours, "webhooks-counted/PR-h")
 		b.ReportMetric(float64(naive.Counted())/prHours, "naive-counted/PR-h")

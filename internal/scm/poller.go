@@ -58,6 +58,12 @@ type PollerOptions struct {
 	DetailMaxAge time.Duration
 	// HintDelay gathers the bursts of webhooks one change causes (a push brings a push, a
 	// synchronize and a check suite) into one read (default 2s).
+	//
+	// It also paces first reads: a newly registered item is read at once, unless a call with
+	// first reads went out less than HintDelay ago, when it waits for the next such call. The
+	// registrations of a fan-out (thousands of sessions created within minutes) then share one
+	// call per HintDelay whatever their rate, instead of one call each as fast as the forge
+	// answers.
 	HintDelay time.Duration
 	// HintInterval paces the reads caused by webhooks alone, so that a busy installation pays at
 	// most one call per interval however many deliveries arrive (default 15s: at most 240
@@ -109,12 +115,36 @@ type Poller struct {
 	pausedUntil time.Time
 	failures    int
 	wake        chan struct{}
+	// firstReadAt is when the last call carrying first reads went out (see HintDelay).
+	firstReadAt time.Time
+	// wakeAt is when the last Poll said the next call is due (zero: nothing is, or no Poll
+	// yet). A new item due no sooner does not wake the loop: in a fan-out, most registrations
+	// then cost no plan at all.
+	wakeAt time.Time
+	// due and pad are planLocked's scratch space, kept between plans: a plan looks at every
+	// followed item (tens of thousands), and allocating its candidates each time made the
+	// planning of a fan-out the manager's largest allocator.
+	due, pad []cand
+}
+
+// cand is an item a plan considers, with its deadline.
+type cand struct {
+	it       *pollItem
+	deadline time.Time
 }
 
 type pollItem struct {
 	key   types.NamespacedName
 	watch Watch
-	obs   Observation
+	// repoKey is watch.Repo.Key(), kept: a plan looks up every item's repository in webhooks.
+	repoKey string
+	// registered is when Register added the item: its first read is due from then on (see
+	// deadlineLocked).
+	registered time.Time
+	// failedAt is when a read of the item last failed on its own (RefreshResult.Err): it is read
+	// again one interval later, as if that failure were a read.
+	failedAt time.Time
+	obs      Observation
 	// observed is false until the first answer (success or a per-item error).
 	observed    bool
 	fingerprint string
@@ -179,7 +209,10 @@ type webhookKey struct{ namespace, repo string }
 // webhookSeen is when a verified delivery last came for the item's repository, through its
 // namespace's Project or (a hint without a namespace) for every namespace.
 func (p *Poller) webhookSeen(it *pollItem) (time.Time, bool) {
-	repo := it.watch.Repo.Key()
+	if len(p.webhooks) == 0 {
+		return time.Time{}, false
+	}
+	repo := it.repoKey
 	a, okA := p.webhooks[webhookKey{namespace: it.key.Namespace, repo: repo}]
 	b, okB := p.webhooks[webhookKey{repo: repo}]
 	if b.After(a) {
@@ -190,18 +223,24 @@ func (p *Poller) webhookSeen(it *pollItem) (time.Time, bool) {
 
 // Register starts or updates following a session. It is idempotent: the controller calls it on
 // every reconcile. Changing the repository or head starts over; learning the number keeps the
-// state.
+// state. A new item is read at once, or with the other new items of a burst (HintDelay).
 func (p *Poller) Register(key types.NamespacedName, w Watch) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	it, ok := p.items[key]
 	if ok && it.watch.Repo.Equal(w.Repo) && it.watch.Head == w.Head && it.watch.Base == w.Base && (it.watch.Number == w.Number || it.watch.Number == 0) {
+		if it.watch.Repo != w.Repo {
+			it.repoKey = w.Repo.Key()
+		}
 		it.watch = w
 		return
 	}
-	p.items[key] = &pollItem{key: key, watch: w, needFull: true}
+	it = &pollItem{key: key, watch: w, repoKey: w.Repo.Key(), needFull: true, registered: p.opts.Clock.Now()}
+	p.items[key] = it
 	p.setGauges()
-	p.signal()
+	if p.wakeAt.IsZero() || p.deadlineLocked(it, it.registered).Before(p.wakeAt) {
+		p.signal()
+	}
 }
 
 // Forget stops following a session.
@@ -403,14 +442,24 @@ func (p *Poller) maxAgeLocked(it *pollItem, now time.Time) time.Duration {
 }
 
 // deadline is when the item must have been refreshed again. A call goes out a little before, as
-// a read's answer is as old as its request.
+// a read's answer is as old as its request; an item whose own read failed (not the whole call:
+// that pauses every call) is read again one interval after the failure. An item never read is
+// due from its registration, but no sooner than HintDelay after the last call with first reads:
+// a burst of registrations shares calls (see HintDelay).
 func (p *Poller) deadlineLocked(it *pollItem, now time.Time) time.Time {
-	if it.obs.CheckedAt.IsZero() {
-		return time.Time{}
+	last := it.obs.CheckedAt
+	if it.obs.Err != nil && it.failedAt.After(last) {
+		last = it.failedAt
+	}
+	if last.IsZero() {
+		if p.firstReadAt.IsZero() {
+			return it.registered
+		}
+		return later(it.registered, p.firstReadAt.Add(p.opts.HintDelay))
 	}
 	age := p.maxAgeLocked(it, now)
 	lead := min(age/10, 5*time.Second)
-	return it.obs.CheckedAt.Add(age - lead)
+	return last.Add(age - lead)
 }
 
 // hintReadyAtLocked is when the hint budget (HintBurst, HintInterval) allows the next
@@ -435,6 +484,11 @@ type plan struct {
 
 // planLocked picks the items due at now and pads the calls with the items closest to their
 // deadline. It returns nil when nothing is due, with when something will be.
+//
+// It runs at every wake-up (each registration, hint and call), over every followed item, so it
+// allocates nothing per item: one pass finds what is due (into the Poller's scratch slice), and
+// only when a call goes out does a second pass keep the BatchSize-1 best candidates for its
+// padding in a bounded heap, rather than sorting all the others.
 func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 	var next time.Time
 	soon := func(t time.Time) {
@@ -445,33 +499,25 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 	if now.Before(p.pausedUntil) {
 		return nil, p.pausedUntil
 	}
-	type cand struct {
-		it       *pollItem
-		deadline time.Time
-	}
-	var due, rest []cand
+	due := p.due[:0]
+	defer func() { clear(due); p.due = due[:0] }()
 	anyDeadline := false
 	hintReadyAt := p.hintReadyAtLocked(now)
 	hintReady := !now.Before(hintReadyAt)
 	for _, it := range p.items {
 		d := p.deadlineLocked(it, now)
-		c := cand{it: it, deadline: d}
-		switch {
-		case d.IsZero() || !now.Before(d) || (it.needFull && !it.observed):
+		switch p.dueLocked(it, now, d, hintReady) {
+		case dueDeadline:
 			anyDeadline = true
-			due = append(due, c)
-		case (!it.fullDue.IsZero() && !now.Before(it.fullDue)) || (!it.probeDue.IsZero() && !now.Before(it.probeDue)):
-			if hintReady {
-				due = append(due, c)
-			} else {
-				soon(hintReadyAt)
-				rest = append(rest, c)
-			}
+			due = append(due, cand{it: it, deadline: d})
+		case dueHint:
+			due = append(due, cand{it: it, deadline: d})
+		case dueHintBudget:
+			soon(hintReadyAt)
 		default:
 			soon(d)
 			soon(it.fullDue)
 			soon(it.probeDue)
-			rest = append(rest, c)
 		}
 	}
 	if len(due) == 0 {
@@ -480,23 +526,31 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 	// Pad up to a whole number of calls with the items whose deadline comes first: in the same
 	// call they cost nothing more, and they will not need a call of their own soon after. Items
 	// whose facts left something to recheck (recheckAt passed) come before all of them.
-	rechecked := func(c cand) bool { return !c.it.recheckAt.IsZero() && !now.Before(c.it.recheckAt) }
-	sort.Slice(rest, func(i, j int) bool {
-		if a, b := rechecked(rest[i]), rechecked(rest[j]); a != b {
-			return a
-		}
-		return rest[i].deadline.Before(rest[j].deadline)
-	})
 	b := p.opts.BatchSize
-	want := ((len(due) + b - 1) / b) * b
-	for _, c := range rest {
-		if len(due) >= want {
-			break
+	if room := ((len(due)+b-1)/b)*b - len(due); room > 0 {
+		pad := p.pad[:0]
+		for _, it := range p.items {
+			d := p.deadlineLocked(it, now)
+			if k := p.dueLocked(it, now, d, hintReady); k == dueDeadline || k == dueHint {
+				continue
+			}
+			pad = keepBest(pad, cand{it: it, deadline: d}, room, now)
 		}
-		due = append(due, c)
+		slices.SortFunc(pad, func(a, b cand) int {
+			if padsBefore(a, b, now) {
+				return -1
+			}
+			if padsBefore(b, a, now) {
+				return 1
+			}
+			return 0
+		})
+		due = append(due, pad...)
+		clear(pad)
+		p.pad = pad[:0]
 	}
-	pl := &plan{hinted: !anyDeadline}
-	sort.Slice(due, func(i, j int) bool { return due[i].deadline.Before(due[j].deadline) })
+	pl := &plan{hinted: !anyDeadline, reqs: make([]RefreshRequest, 0, len(due)), items: make([]*pollItem, 0, len(due))}
+	slices.SortFunc(due, func(a, b cand) int { return a.deadline.Compare(b.deadline) })
 	for _, c := range due {
 		it := c.it
 		full := it.needFull || it.stale || !it.observed || !it.fullDue.IsZero() && !now.Before(it.fullDue) ||
@@ -506,6 +560,82 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 		pl.items = append(pl.items, it)
 	}
 	return pl, time.Time{}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Why an item is (or is not yet) in a plan.
+const (
+	notDue        = iota
+	dueDeadline   // its deadline (or first read) came
+	dueHint       // a hint made it due, and the hint budget allows a call
+	dueHintBudget // a hint made it due, but the hint budget holds the call
+)
+
+// dueLocked classifies an item at now; d is its deadlineLocked.
+func (p *Poller) dueLocked(it *pollItem, now, d time.Time, hintReady bool) int {
+	switch {
+	case d.IsZero() || !now.Before(d):
+		return dueDeadline
+	case (!it.fullDue.IsZero() && !now.Before(it.fullDue)) || (!it.probeDue.IsZero() && !now.Before(it.probeDue)):
+		if hintReady {
+			return dueHint
+		}
+		return dueHintBudget
+	}
+	return notDue
+}
+
+// padsBefore orders the candidates for a call's padding: those with something to recheck first,
+// then by deadline.
+func padsBefore(a, b cand, now time.Time) bool {
+	ra := !a.it.recheckAt.IsZero() && !now.Before(a.it.recheckAt)
+	rb := !b.it.recheckAt.IsZero() && !now.Before(b.it.recheckAt)
+	if ra != rb {
+		return ra
+	}
+	return a.deadline.Before(b.deadline)
+}
+
+// keepBest adds c to h, a max-heap (by padsBefore: the root pads last) of at most k elements,
+// keeping the k that pad first: O(log k) per candidate, and no allocation once h has grown to k.
+func keepBest(h []cand, c cand, k int, now time.Time) []cand {
+	less := func(a, b cand) bool { return padsBefore(a, b, now) }
+	if len(h) < k {
+		h = append(h, c)
+		for i := len(h) - 1; i > 0; {
+			parent := (i - 1) / 2
+			if !less(h[parent], h[i]) {
+				break
+			}
+			h[parent], h[i] = h[i], h[parent]
+			i = parent
+		}
+		return h
+	}
+	if k == 0 || !less(c, h[0]) {
+		return h
+	}
+	h[0] = c
+	for i := 0; ; {
+		worst, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && less(h[worst], h[l]) {
+			worst = l
+		}
+		if r < len(h) && less(h[worst], h[r]) {
+			worst = r
+		}
+		if worst == i {
+			return h
+		}
+		h[i], h[worst] = h[worst], h[i]
+		i = worst
+	}
 }
 
 func (it *pollItem) request(full bool) RefreshRequest {
@@ -524,8 +654,15 @@ func (p *Poller) Poll(ctx context.Context) (time.Time, error) {
 	p.mu.Lock()
 	pl, next := p.planLocked(now)
 	if pl == nil {
+		p.wakeAt = next
 		p.mu.Unlock()
 		return next, nil
+	}
+	for _, it := range pl.items {
+		if it.obs.CheckedAt.IsZero() {
+			p.firstReadAt = now
+			break
+		}
 	}
 	if pl.hinted {
 		if p.hintTAT.Before(now) {
@@ -567,6 +704,7 @@ func (p *Poller) Poll(ctx context.Context) (time.Time, error) {
 	p.mu.Lock()
 	p.setAgeGaugeLocked(p.opts.Clock.Now())
 	_, next = p.planLocked(p.opts.Clock.Now())
+	p.wakeAt = next
 	p.mu.Unlock()
 	return next, err
 }
@@ -609,6 +747,7 @@ func (p *Poller) run(ctx context.Context, pl *plan, start time.Time) ([]types.Na
 		if res.Err != nil {
 			it.obs.Err = res.Err
 			it.observed = true
+			it.failedAt = start
 			if !wasObserved || hadErr == nil || !sameErrClass(hadErr, res.Err) {
 				changed = append(changed, it.key)
 			}

@@ -488,3 +488,89 @@ func TestPollerHintsIgnoreCaseAndKeepToTheirNamespace(t *testing.T) {
 	g.Expect(e.changes(mine)).To(Equal(2), "the hint's case does not matter")
 	g.Expect(e.changes(theirs)).To(Equal(1), "another namespace's session is not woken by this Project's delivery")
 }
+
+// A fan-out registers thousands of sessions within minutes, none with a pull request yet. Their
+// first reads share calls: one per HintDelay however fast the registrations come, each new
+// item read within HintDelay of its registration; an isolated registration is read at once.
+func TestPollerFanOutSharesFirstReads(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute, HintDelay: 2 * time.Second})
+	// The Poller's loop, with a forge that answers at once: it polls at each wake-up (every
+	// registration) and whenever the time it asked for has come.
+	var next time.Time
+	poll := func() {
+		var err error
+		next, err = e.poller.Poll(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	e.poller.Register(key("alone"), scm.Watch{Repo: e.repo, Head: scm.Head{Branch: "alone"}})
+	poll()
+	_, ok := e.poller.Get(key("alone"))
+	g.Expect(ok).To(BeTrue(), "an isolated registration is read at once")
+
+	e.clock.Advance(time.Second)
+	before := e.fake.Stats().GraphQLQueries
+	start := e.clock.Now()
+	const n, perSecond = 300, 10
+	registered := map[types.NamespacedName]time.Time{}
+	worst := time.Duration(0)
+	for i := 0; i < n || len(registered) > 0; i++ {
+		if i < n {
+			k := key(fmt.Sprintf("fan-%03d", i))
+			e.poller.Register(k, scm.Watch{Repo: e.repo, Head: scm.Head{Branch: k.Name}})
+			registered[k] = e.clock.Now()
+		}
+		poll()
+		for !next.IsZero() && !next.After(e.clock.Now()) {
+			poll()
+		}
+		for k, at := range registered {
+			if _, ok := e.poller.Get(k); ok {
+				worst = max(worst, e.clock.Now().Sub(at))
+				delete(registered, k)
+			}
+		}
+		e.clock.Advance(time.Second / perSecond)
+	}
+	elapsed := e.clock.Now().Sub(start)
+	calls := e.fake.Stats().GraphQLQueries - before
+	t.Logf("%d registrations in %s: %d queries, the slowest first read %s after its registration", n, elapsed, calls, worst)
+	g.Expect(worst).To(BeNumerically("<=", 2*time.Second), "each new item read within HintDelay")
+	// 30 s of registrations: one call per 2 s, and one more for the last of them.
+	g.Expect(calls).To(BeNumerically("<=", int(elapsed/(2*time.Second))+1), "one call per HintDelay, not one per registration")
+}
+
+// A read that fails for one item (its repository is gone) is retried at the item's interval,
+// and does not hide the other items' deadlines: the Poller still says when it must call next.
+func TestPollerRetriesAFailedItemAtItsInterval(t *testing.T) {
+	g := NewWithT(t)
+	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute})
+	num := e.openPR(t, "feature")
+	e.poller.Register(key("good"), scm.Watch{Repo: e.repo, Number: num})
+	e.poller.Register(key("gone"), scm.Watch{Repo: scm.Repo{Owner: "acme", Name: "gone"}, Number: 1})
+	start := e.clock.Now()
+	next, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	obs, _ := e.poller.Get(key("gone"))
+	g.Expect(errors.Is(obs.Err, scm.ErrRepositoryNotFound)).To(BeTrue(), "%v", obs.Err)
+	g.Expect(next).To(BeTemporally("==", start.Add(55*time.Second)), "the next call is at the items' deadline")
+
+	// Ten minutes of the Poller's loop: a call is a Poll that sent queries.
+	calls := 0
+	for e.clock.Now().Before(start.Add(10 * time.Minute)) {
+		if next.After(e.clock.Now()) {
+			e.clock.Set(next)
+		} else {
+			e.clock.Advance(time.Second)
+		}
+		before := e.fake.Stats().GraphQLQueries
+		next, err = e.poller.Poll(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		if e.fake.Stats().GraphQLQueries > before {
+			calls++
+		}
+	}
+	g.Expect(calls).To(BeNumerically("<=", 11), "one call a minute, not one per wake-up")
+	obs, _ = e.poller.Get(key("good"))
+	g.Expect(obs.CheckedAt).To(BeTemporally(">=", start.Add(9*time.Minute)), "the good item kept fresh")
+}

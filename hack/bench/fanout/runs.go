@@ -28,6 +28,7 @@ import (
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/memlimit"
+	"github.com/shepherd-dev/shepherd/test/fakegithub"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
@@ -45,6 +46,9 @@ type runStats struct {
 	proc            procStats
 	runnerFailures  int64
 	runnerLastError string
+	// forge is what the manager asked the fake GitHub during the run (the sessions' first
+	// reads: their branches have no pull request).
+	forge fakegithub.Stats
 	// phases: per session, create → pod seen running, → runner reports accepted, → Working.
 	toPod, toReports, toWorking []time.Duration
 	// toWorktree: create → the session's Worktree Ready.
@@ -426,6 +430,7 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 	if err != nil {
 		return runStats{}, err
 	}
+	forge.Server.ResetStats()
 	cpuBefore, mgrCPUBefore := sampleCPU(), time.Duration(0)
 	if p, err := readProc(mgr.cmd.Process.Pid); err == nil {
 		mgrCPUBefore = p.cpu
@@ -463,7 +468,7 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 		return runStats{}, err
 	}
 	st := runStats{writes: writes(before, after), managerWrites: mgrAfter - mgrBefore, managerByKind: map[string]float64{},
-		runnerFailures: run.failures.Load(), runnerLastError: run.lastErr(), done: working.count(), cpu: cpuSince(cpuBefore)}
+		runnerFailures: run.failures.Load(), runnerLastError: run.lastErr(), done: working.count(), cpu: cpuSince(cpuBefore), forge: forge.Server.Stats()}
 	if !complete {
 		st.stoppedAt = o.timeout
 	}
@@ -677,6 +682,8 @@ func printResult(r result) {
 	bw, sw := total(b.writes)/float64(r.n), total(s.writes)/float64(r.n)
 	fmt.Printf("%-44s %14.2f %14.2f %7.2fx\n", "API writes per object (API server, everyone)", bw, sw, sw/max(bw, 0.001))
 	fmt.Printf("%-44s %14s %14.2f\n", "manager's writes per session (its counter)", "", s.managerWrites/float64(r.n))
+	fmt.Printf("%-44s %14s %14s\n", "forge requests per session (fake GitHub)", "", fmt.Sprintf("%.3f (%d GraphQL queries, %d points, %d REST)",
+		float64(s.forge.GraphQLPoints+s.forge.RESTCounted)/float64(r.n), s.forge.GraphQLQueries, s.forge.GraphQLPoints, s.forge.RESTCounted))
 	fmt.Printf("%-44s %14s %14d MiB\n", "manager peak RSS", "", s.proc.peakRSS>>20)
 	fmt.Printf("%-44s %14s %14s\n", "bytes per object (JSON as served)", "", fmt.Sprintf("session %d, Worktree %d, pod %d",
 		s.objectBytes["AgentSession"], s.objectBytes["Worktree"], s.objectBytes["Pod"]))

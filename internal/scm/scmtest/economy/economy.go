@@ -431,3 +431,97 @@ func RunPoller(tb testing.TB, name string, prs, seconds int, acts []Activity, we
 	mu.Unlock()
 	return res
 }
+
+// FanOut is what the first reads of a fan-out cost: n new sessions registered at a steady rate,
+// none with a pull request yet (their agents have not pushed).
+type FanOut struct {
+	Name       string
+	Sessions   int
+	Duration   time.Duration
+	REST       int
+	GQLQueries int
+	GQLPoints  int
+	// FirstReadP50, P99 and Max are from a registration to its first answer.
+	FirstReadP50, FirstReadP99, FirstReadMax time.Duration
+}
+
+// Counted is what GitHub bills.
+func (f FanOut) Counted() int { return f.REST + f.GQLPoints }
+
+// RunFanOutNaive looks each new session's branch up once, as it comes (one REST search for a
+// pull request by head per session): the least a follower that reads every session on its own
+// pays.
+func RunFanOutNaive(tb testing.TB, n, perSecond int) FanOut {
+	ctx := context.Background()
+	clock := scmtest.NewClock()
+	w := NewWorld(tb, 0, Options{Clock: clock.Now})
+	u := w.Fake.URL() + "/"
+	rest, err := gh.NewClient(gh.WithAuthToken("tok"), gh.WithURLs(&u, &u), gh.WithTimeout(30*time.Second))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	start := clock.Now()
+	for i := 0; i < n; i++ {
+		clock.Set(start.Add(time.Duration(i) * time.Second / time.Duration(perSecond)))
+		prs, _, err := rest.PullRequests.List(ctx, "acme", "monorepo", &gh.PullRequestListOptions{Head: fmt.Sprintf("acme:fan-%05d", i), State: "all"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if len(prs) != 0 {
+			tb.Fatalf("branch fan-%05d has %d pull requests, want none", i, len(prs))
+		}
+	}
+	st := w.Fake.Stats()
+	return FanOut{Name: "naive: one lookup each", Sessions: n, Duration: clock.Now().Sub(start), REST: st.RESTCounted,
+		GQLQueries: st.GraphQLQueries, GQLPoints: st.GraphQLPoints}
+}
+
+// RunFanOutPoller registers the n sessions with Shepherd's Poller (HintDelay 2s, as the
+// manager runs it) and polls as its loop does: at every registration (the loop wakes at most that
+// often) and whenever the time it asked for has come, the fake answering at once; then until
+// every session has had its first answer.
+func RunFanOutPoller(tb testing.TB, n, perSecond int) FanOut {
+	ctx := context.Background()
+	clock := scmtest.NewClock()
+	w := NewWorld(tb, 0, Options{Clock: clock.Now})
+	p, err := github.New(scm.Config{APIURL: w.Fake.URL(), Token: []byte("tok"), Clock: clock})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	poller := scm.NewPoller(p, scm.PollerOptions{MaxAge: time.Minute, HintDelay: 2 * time.Second, Clock: clock})
+	repo := scm.Repo{Owner: "acme", Name: "monorepo"}
+	start := clock.Now()
+	registered := map[types.NamespacedName]time.Time{}
+	var firsts []time.Duration
+	var next time.Time
+	for i := 0; i < n || len(registered) > 0; i++ {
+		clock.Set(start.Add(time.Duration(i) * time.Second / time.Duration(perSecond)))
+		if i < n {
+			k := types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("fan-%05d", i)}
+			poller.Register(k, scm.Watch{Repo: repo, Head: scm.Head{Branch: k.Name}})
+			registered[k] = clock.Now()
+		}
+		for first := true; first || !next.IsZero() && !next.After(clock.Now()); first = false {
+			if next, err = poller.Poll(ctx); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		for k, at := range registered {
+			if obs, ok := poller.Get(k); ok {
+				if obs.Err != nil || obs.PullRequest != nil {
+					tb.Fatalf("%s: first answer %v, %v; want no pull request", k, obs.PullRequest, obs.Err)
+				}
+				firsts = append(firsts, clock.Now().Sub(at))
+				delete(registered, k)
+			}
+		}
+		if i > n+100*perSecond {
+			tb.Fatalf("%d sessions never read", len(registered))
+		}
+	}
+	st := w.Fake.Stats()
+	sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+	return FanOut{Name: "Shepherd's Poller", Sessions: n, Duration: clock.Now().Sub(start), REST: st.RESTCounted,
+		GQLQueries: st.GraphQLQueries, GQLPoints: st.GraphQLPoints,
+		FirstReadP50: firsts[len(firsts)/2], FirstReadP99: firsts[len(firsts)*99/100], FirstReadMax: firsts[len(firsts)-1]}
+}
