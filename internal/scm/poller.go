@@ -536,15 +536,6 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 			}
 			pad = keepBest(pad, cand{it: it, deadline: d}, room, now)
 		}
-		slices.SortFunc(pad, func(a, b cand) int {
-			if padsBefore(a, b, now) {
-				return -1
-			}
-			if padsBefore(b, a, now) {
-				return 1
-			}
-			return 0
-		})
 		due = append(due, pad...)
 		clear(pad)
 		p.pad = pad[:0]
@@ -569,16 +560,18 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// Why an item is (or is not yet) in a plan.
+// dueKind is why an item is (or is not yet) in a plan.
+type dueKind int
+
 const (
-	notDue        = iota
-	dueDeadline   // its deadline (or first read) came
-	dueHint       // a hint made it due, and the hint budget allows a call
-	dueHintBudget // a hint made it due, but the hint budget holds the call
+	notDue        dueKind = iota
+	dueDeadline           // its deadline (or first read) came
+	dueHint               // a hint made it due, and the hint budget allows a call
+	dueHintBudget         // a hint made it due, but the hint budget holds the call
 )
 
 // dueLocked classifies an item at now; d is its deadlineLocked.
-func (p *Poller) dueLocked(it *pollItem, now, d time.Time, hintReady bool) int {
+func (p *Poller) dueLocked(it *pollItem, now, d time.Time, hintReady bool) dueKind {
 	switch {
 	case d.IsZero() || !now.Before(d):
 		return dueDeadline
