@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/shepherd-dev/shepherd/internal/scm/scmtest"
 )
 
 // The Poller plans at every wake-up (each registration, hint and call) over every followed item.
@@ -276,7 +278,8 @@ func measurePlans(b *testing.B, plan func() int) planCost {
 // wake anyway: during a fan-out, the registrations that wait for the next call of first reads
 // cost no plan.
 func TestRegisterWakesOnlyForEarlierWork(t *testing.T) {
-	clock := &stepClock{now: planEpoch}
+	clock := scmtest.NewClock()
+	clock.Set(planEpoch)
 	p := NewPoller(idleSource{}, PollerOptions{MaxAge: time.Minute, HintDelay: 2 * time.Second, Clock: clock})
 	woken := func() bool {
 		select {
@@ -299,7 +302,7 @@ func TestRegisterWakesOnlyForEarlierWork(t *testing.T) {
 	if want := planEpoch.Add(2 * time.Second); !next.Equal(want) {
 		t.Fatalf("next call at %s, want %s", next, want)
 	}
-	clock.now = planEpoch.Add(500 * time.Millisecond)
+	clock.Set(planEpoch.Add(500 * time.Millisecond))
 	p.Register(types.NamespacedName{Namespace: "team", Name: "b"}, Watch{Repo: repo, Head: Head{Branch: "b"}})
 	if woken() {
 		t.Fatal("a registration due with the next call woke the loop")
@@ -311,12 +314,4 @@ func TestRegisterWakesOnlyForEarlierWork(t *testing.T) {
 	if !woken() {
 		t.Fatal("a registration due before the loop's wake-up did not wake it")
 	}
-}
-
-type stepClock struct{ now time.Time }
-
-func (c *stepClock) Now() time.Time { return c.now }
-func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.now = c.now.Add(d)
-	return ctx.Err()
 }

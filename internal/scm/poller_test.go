@@ -14,6 +14,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/internal/scm/github"
 	"github.com/shepherd-dev/shepherd/internal/scm/scmtest"
+	"github.com/shepherd-dev/shepherd/internal/scm/scmtest/economy"
 	"github.com/shepherd-dev/shepherd/test/fakegithub"
 )
 
@@ -495,49 +496,19 @@ func TestPollerHintsIgnoreCaseAndKeepToTheirNamespace(t *testing.T) {
 func TestPollerFanOutSharesFirstReads(t *testing.T) {
 	g := NewWithT(t)
 	e := newPollEnv(t, scm.PollerOptions{MaxAge: time.Minute, HintDelay: 2 * time.Second})
-	// The Poller's loop, with a forge that answers at once: it polls at each wake-up (every
-	// registration) and whenever the time it asked for has come.
-	var next time.Time
-	poll := func() {
-		var err error
-		next, err = e.poller.Poll(ctx)
-		g.Expect(err).NotTo(HaveOccurred())
-	}
 	e.poller.Register(key("alone"), scm.Watch{Repo: e.repo, Head: scm.Head{Branch: "alone"}})
-	poll()
+	_, err := e.poller.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
 	_, ok := e.poller.Get(key("alone"))
 	g.Expect(ok).To(BeTrue(), "an isolated registration is read at once")
 
-	e.clock.Advance(time.Second)
-	before := e.fake.Stats().GraphQLQueries
-	start := e.clock.Now()
-	const n, perSecond = 300, 10
-	registered := map[types.NamespacedName]time.Time{}
-	worst := time.Duration(0)
-	for i := 0; i < n || len(registered) > 0; i++ {
-		if i < n {
-			k := key(fmt.Sprintf("fan-%03d", i))
-			e.poller.Register(k, scm.Watch{Repo: e.repo, Head: scm.Head{Branch: k.Name}})
-			registered[k] = e.clock.Now()
-		}
-		poll()
-		for !next.IsZero() && !next.After(e.clock.Now()) {
-			poll()
-		}
-		for k, at := range registered {
-			if _, ok := e.poller.Get(k); ok {
-				worst = max(worst, e.clock.Now().Sub(at))
-				delete(registered, k)
-			}
-		}
-		e.clock.Advance(time.Second / perSecond)
-	}
-	elapsed := e.clock.Now().Sub(start)
-	calls := e.fake.Stats().GraphQLQueries - before
-	t.Logf("%d registrations in %s: %d queries, the slowest first read %s after its registration", n, elapsed, calls, worst)
-	g.Expect(worst).To(BeNumerically("<=", 2*time.Second), "each new item read within HintDelay")
+	// 300 registrations at 10 a second, polled as the Poller's loop does (make bench-scm runs
+	// the same with 1000).
+	fan := economy.RunFanOutPoller(t, 300, 10)
+	t.Logf("%d registrations in %s: %d queries, the slowest first read %s after its registration", fan.Sessions, fan.Duration, fan.GQLQueries, fan.FirstReadMax)
+	g.Expect(fan.FirstReadMax).To(BeNumerically("<=", 2*time.Second), "each new item read within HintDelay")
 	// 30 s of registrations: one call per 2 s, and one more for the last of them.
-	g.Expect(calls).To(BeNumerically("<=", int(elapsed/(2*time.Second))+1), "one call per HintDelay, not one per registration")
+	g.Expect(fan.GQLQueries).To(BeNumerically("<=", int(fan.Duration/(2*time.Second))+1), "one call per HintDelay, not one per registration")
 }
 
 // A read that fails for one item (its repository is gone) is retried at the item's interval,
