@@ -483,7 +483,9 @@ type plan struct {
 }
 
 // planLocked picks the items due at now and pads the calls with the items closest to their
-// deadline. It returns nil when nothing is due, with when something will be.
+// deadline. It returns nil when nothing is due, with when something will be (zero: nothing is
+// followed); when something is due, the plan and now (never zero: after a call, Poll returns it,
+// and Start reads zero as "nothing followed").
 //
 // It runs at every wake-up (each registration, hint and call), over every followed item, so it
 // allocates nothing per item: one pass finds what is due (into the Poller's scratch slice), and
@@ -550,7 +552,7 @@ func (p *Poller) planLocked(now time.Time) (*plan, time.Time) {
 		pl.reqs = append(pl.reqs, it.request(full))
 		pl.items = append(pl.items, it)
 	}
-	return pl, time.Time{}
+	return pl, now
 }
 
 func later(a, b time.Time) time.Time {
@@ -641,7 +643,8 @@ func (it *pollItem) request(full bool) RefreshRequest {
 }
 
 // Poll runs the calls that are due now and returns when the next one will be (zero when nothing
-// is followed). Start calls it in a loop; tests and the benchmark call it with a simulated clock.
+// is followed; now or earlier when something came due during the call, such as a recheck a slow
+// call asked for). Start calls it in a loop; tests and the benchmark call it with a simulated clock.
 func (p *Poller) Poll(ctx context.Context) (time.Time, error) {
 	now := p.opts.Clock.Now()
 	p.mu.Lock()

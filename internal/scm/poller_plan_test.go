@@ -118,7 +118,7 @@ func referencePlan(p *Poller, now time.Time) ([]types.NamespacedName, time.Time)
 	for i, c := range due {
 		keys[i] = c.it.key
 	}
-	return keys, time.Time{}
+	return keys, now // due now (see planLocked)
 }
 
 func planKeys(p *Poller, now time.Time) ([]types.NamespacedName, time.Time) {

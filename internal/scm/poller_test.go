@@ -410,13 +410,22 @@ type recheckSource struct {
 	mu      sync.Mutex
 	reads   []scm.RefreshRequest
 	pending int
+	// clock and takes, when set, make each call last takes (a busy forge: Gitea's adapter
+	// re-reads a pull request still being checked for 1.5 s within the call).
+	clock scm.Clock
+	takes time.Duration
 }
 
 func (s *recheckSource) BatchSize() int { return 1 }
 
-func (s *recheckSource) Refresh(_ context.Context, reqs []scm.RefreshRequest) ([]scm.RefreshResult, error) {
+func (s *recheckSource) Refresh(ctx context.Context, reqs []scm.RefreshRequest) ([]scm.RefreshResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.clock != nil {
+		if err := s.clock.Sleep(ctx, s.takes); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]scm.RefreshResult, len(reqs))
 	for i, r := range reqs {
 		s.reads = append(s.reads, r)
@@ -466,6 +475,63 @@ func TestPollerRechecksWhatTheForgeIsStillComputing(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(src.reads).To(HaveLen(3), "decided: nothing due until the deadline")
 	g.Expect(next.Sub(clock.Now())).To(BeNumerically(">", 50*time.Minute))
+}
+
+func (s *recheckSource) readCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reads)
+}
+
+// A call can outlast the recheck it asks for (a busy forge; Gitea's adapter alone re-reads an
+// undecided pull request for 1.5 s within the call, and asks again after 2 s). The recheck is
+// then due when the call returns: Poll says so (now, not zero, which Start reads as "nothing
+// followed" and sleeps a minute), and the loop reads again at once.
+func TestPollerRechecksWhenTheCallOutlastsTheRecheck(t *testing.T) {
+	g := NewWithT(t)
+	clock := scmtest.NewClock()
+	src := &recheckSource{pending: 2, clock: clock, takes: 3 * time.Second}
+	p := scm.NewPoller(src, scm.PollerOptions{MaxAge: time.Hour, HintInterval: time.Second, Clock: clock})
+	p.Register(key("busy"), scm.Watch{Repo: scm.Repo{Owner: "acme", Name: "widgets"}, Head: scm.Head{Branch: "b"}})
+	next, err := p.Poll(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(src.readCount()).To(Equal(1))
+	g.Expect(next.IsZero()).To(BeFalse(), "something is followed and due")
+	g.Expect(next).NotTo(BeTemporally(">", clock.Now()), "the recheck came due during the call")
+
+	// The real clock and the Poller's own loop: each call lasts 300 ms, the recheck is asked
+	// for after 200 ms. Two rechecks follow the first read well within the minute the loop
+	// sleeps when it thinks nothing is due.
+	src = &recheckSource{pending: 2, clock: scm.RealClock{}, takes: 300 * time.Millisecond}
+	p = scm.NewPoller(recheckAfter{src, 200 * time.Millisecond}, scm.PollerOptions{MaxAge: time.Hour, HintDelay: 10 * time.Millisecond, HintInterval: 10 * time.Millisecond})
+	p.Register(key("busy"), scm.Watch{Repo: scm.Repo{Owner: "acme", Name: "widgets"}, Head: scm.Head{Branch: "b"}})
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = p.Start(cctx) }()
+	g.Eventually(func() scm.MergeState {
+		obs, _ := p.Get(key("busy"))
+		if obs.PullRequest == nil {
+			return ""
+		}
+		return obs.PullRequest.MergeState
+	}).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(scm.MergeStateClean))
+	g.Expect(src.readCount()).To(Equal(3), "a first read and two rechecks")
+}
+
+// recheckAfter shortens the recheck a source asks for.
+type recheckAfter struct {
+	*recheckSource
+	d time.Duration
+}
+
+func (r recheckAfter) Refresh(ctx context.Context, reqs []scm.RefreshRequest) ([]scm.RefreshResult, error) {
+	out, err := r.recheckSource.Refresh(ctx, reqs)
+	for i := range out {
+		if out[i].RecheckAfter > 0 {
+			out[i].RecheckAfter = r.d
+		}
+	}
+	return out, err
 }
 
 // A hint in the forge's canonical case reaches a watch registered in another case; a hint that
