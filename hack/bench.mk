@@ -4,7 +4,7 @@
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bench-scm bench-poller-plan bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream bench-proxy ## Run every benchmark.
+bench: bench-scm bench-poller-plan bench-restmapper bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream bench-proxy ## Run every benchmark.
 
 .PHONY: bench-scm
 bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
@@ -54,3 +54,7 @@ bench-proxy: ## The model proxy on loopback: p50/p99 latency it adds to a stream
 .PHONY: bench-poller-plan
 bench-poller-plan: ## One plan of the SCM Poller over 1000, 10,000 and 50,000 followed items: time and bytes against sorting every candidate (same run).
 	go test ./internal/scm/ -run '^$$' -bench BenchmarkPollerPlan -benchtime 1x -timeout 10m
+
+.PHONY: bench-restmapper
+bench-restmapper: ## One Get from the manager's multi-namespace cache of a real API server (envtest): the remembered REST mappings against controller-runtime's dynamic mapper (same run).
+	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go test ./internal/restmapcache/ -run '^$$' -bench BenchmarkCachedGet -benchtime 1x -timeout 10m

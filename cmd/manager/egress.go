@@ -22,6 +22,7 @@ import (
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
 	"github.com/shepherd-dev/shepherd/internal/egress"
+	"github.com/shepherd-dev/shepherd/internal/restmapcache"
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
 )
 
@@ -78,6 +79,7 @@ func runEgressProxy(args []string) error {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: o.probeAddr,
+		MapperProvider:         restmapcache.Provider,
 		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: managed}}},
 	})

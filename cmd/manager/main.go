@@ -40,6 +40,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/memlimit"
 	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/pricing"
+	"github.com/shepherd-dev/shepherd/internal/restmapcache"
 	"github.com/shepherd-dev/shepherd/internal/scm/webhook"
 
 	// The forge and tracker adapters, as the manager registers them.
@@ -411,7 +412,9 @@ func run(o options) error {
 		// webhook deliveries to the address of the Lease's holder.
 		LeaderElectionLabels: leaderLabels,
 		Cache:                cacheOptions(namespaces),
-		Controller:           ctrlconfig.Controller{MaxConcurrentReconciles: o.maxConcurrent},
+		// Every cached read asks whether its kind is namespaced; remembered (internal/restmapcache).
+		MapperProvider: restmapcache.Provider,
+		Controller:     ctrlconfig.Controller{MaxConcurrentReconciles: o.maxConcurrent},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

@@ -37,6 +37,7 @@ import (
 	"github.com/shepherd-dev/shepherd/internal/lifecycle"
 	"github.com/shepherd-dev/shepherd/internal/netguard"
 	"github.com/shepherd-dev/shepherd/internal/notify"
+	"github.com/shepherd-dev/shepherd/internal/restmapcache"
 	"github.com/shepherd-dev/shepherd/internal/scm"
 	"github.com/shepherd-dev/shepherd/test/fakegithub"
 )
@@ -192,6 +193,8 @@ func (m *managerUnderTest) start() {
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlConfig(),
 		NewClient:              newCountingClient,
+		// The manager's mapper (cmd/manager): the suite's reads go through it.
+		MapperProvider: restmapcache.Provider,
 	}
 	if m.name != "" {
 		opts.Client = client.Options{FieldOwner: m.name}
