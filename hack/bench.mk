@@ -4,7 +4,7 @@
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bench-scm bench-poller-plan bench-restmapper bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream bench-proxy ## Run every benchmark.
+bench: bench-scm bench-poller-plan bench-restmapper bench-report-store bench-scm-manager bench-workspace bench-session-start bench-fanout bench-webhooks bench-stream bench-proxy ## Run every benchmark.
 
 .PHONY: bench-scm
 bench-scm: ## 1000 open PRs on the fake GitHub for a simulated hour: naive REST vs Shepherd polling vs webhooks.
@@ -58,3 +58,7 @@ bench-poller-plan: ## One plan of the SCM Poller over 1000, 10,000 and 50,000 fo
 .PHONY: bench-restmapper
 bench-restmapper: ## One Get from the manager's multi-namespace cache of a real API server (envtest): the remembered REST mappings against controller-runtime's dynamic mapper (same run).
 	KUBEBUILDER_ASSETS="$$($(KUBE_BINARIES) envtest)" go test ./internal/restmapcache/ -run '^$$' -bench BenchmarkCachedGet -benchtime 1x -timeout 10m
+
+.PHONY: bench-report-store
+bench-report-store: ## The runner reports' Worktree lookup (every Worktree reconcile) among 1000, 10,000 and 50,000 sessions: the index against a scan of every session (same run).
+	go test ./internal/controller/ -run '^$$' -bench BenchmarkReportStoreWorktree -benchtime 1x -timeout 10m

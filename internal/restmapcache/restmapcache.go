@@ -27,8 +27,10 @@ const DefaultLimit = 256
 // that a kind installed later (a CRD) is still found by its reload.
 //
 // Remembering an answer changes nothing the mapper beneath would say: controller-runtime's
-// dynamic mapper keeps a group's mappings from its first load until a lookup misses, and a
-// kind's scope and resource do not change while it is served (a CRD's scope is immutable).
+// dynamic mapper also keeps a group's mappings from its first load, reloading them only when a
+// lookup misses, and a kind that is found is never a miss. A served kind's scope does not change
+// (a CRD's spec.scope is immutable); a CRD deleted and created again with another scope needs a
+// manager restart, with this mapper as with the one beneath.
 type Mapper struct {
 	meta.RESTMapper
 	limit int
