@@ -60,21 +60,21 @@ func NewReportStore() *ReportStore {
 	return &ReportStore{bySession: map[types.NamespacedName]*SessionReport{}, byWorktree: map[types.NamespacedName]map[types.NamespacedName]struct{}{}}
 }
 
-// indexLocked moves the session key from the Worktree old to the Worktree new (either "": none)
+// indexLocked moves the session key from the Worktree from to the Worktree to (either "": none)
 // in byWorktree.
-func (s *ReportStore) indexLocked(key types.NamespacedName, old, new string) {
-	if old == new {
+func (s *ReportStore) indexLocked(key types.NamespacedName, from, to string) {
+	if from == to {
 		return
 	}
-	if old != "" {
-		wt := types.NamespacedName{Namespace: key.Namespace, Name: old}
+	if from != "" {
+		wt := types.NamespacedName{Namespace: key.Namespace, Name: from}
 		delete(s.byWorktree[wt], key)
 		if len(s.byWorktree[wt]) == 0 {
 			delete(s.byWorktree, wt)
 		}
 	}
-	if new != "" {
-		wt := types.NamespacedName{Namespace: key.Namespace, Name: new}
+	if to != "" {
+		wt := types.NamespacedName{Namespace: key.Namespace, Name: to}
 		set := s.byWorktree[wt]
 		if set == nil {
 			set = map[types.NamespacedName]struct{}{}
