@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shepherd-dev/shepherd/internal/runnerapi"
+	"github.com/shepherd-dev/shepherd/test/benchcost"
 )
 
 // scanWorktree is ReportStore.Worktree as it was before the index: a scan of every session.
@@ -95,32 +95,14 @@ func BenchmarkReportStoreWorktree(b *testing.B) {
 				}
 			}
 		}
-		scan := measureLookups(lookup(scanWorktree))
-		index := measureLookups(lookup((*ReportStore).Worktree))
+		scan := benchcost.Measure(10, 500*time.Millisecond, lookup(scanWorktree))
+		index := benchcost.Measure(10, 500*time.Millisecond, lookup((*ReportStore).Worktree))
 		for _, r := range []struct {
 			way string
-			c   lookupCost
+			c   benchcost.Cost
 		}{{"scan", scan}, {"index", index}} {
-			fmt.Fprintf(os.Stdout, "%8d  %-6s %12.0f %10.0f   %.4f×\n", n, r.way, r.c.ns, r.c.bytes, r.c.ns/scan.ns)
+			fmt.Fprintf(os.Stdout, "%8d  %-6s %12.0f %10.0f   %.4f×\n", n, r.way, r.c.NS, r.c.Bytes, r.c.NS/scan.NS)
 		}
-		b.ReportMetric(index.ns/scan.ns, fmt.Sprintf("time-ratio-%d", n))
+		b.ReportMetric(index.NS/scan.NS, fmt.Sprintf("time-ratio-%d", n))
 	}
-}
-
-type lookupCost struct{ ns, bytes float64 }
-
-// measureLookups runs f for at least half a second (testing.Benchmark cannot run inside a
-// benchmark) and returns its cost per call.
-func measureLookups(f func()) lookupCost {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	n := 0
-	for ; n < 10 || time.Since(start) < 500*time.Millisecond; n++ {
-		f()
-	}
-	elapsed := time.Since(start)
-	runtime.ReadMemStats(&after)
-	return lookupCost{ns: float64(elapsed.Nanoseconds()) / float64(n), bytes: float64(after.TotalAlloc-before.TotalAlloc) / float64(n)}
 }

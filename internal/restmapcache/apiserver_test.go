@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/shepherd-dev/shepherd/test/benchcost"
 )
 
 // apiServer starts a real kube-apiserver and etcd (envtest) with three namespaces, a ConfigMap
@@ -168,33 +169,19 @@ func BenchmarkCachedGet(b *testing.B) {
 	fmt.Fprintf(os.Stdout, "%-28s %10s %10s %10s   %s\n", "mapper", "ns/get", "B/get", "allocs", "vs dynamic (time, bytes, allocs)")
 	for _, r := range []struct {
 		name string
-		c    cost
+		c    benchcost.Cost
 	}{{"dynamic (controller-runtime)", plain}, {"remembered", remembered}} {
-		fmt.Fprintf(os.Stdout, "%-28s %10.0f %10.0f %10.1f   %.2f×, %.2f×, %.2f×\n", r.name, r.c.ns, r.c.bytes, r.c.allocs,
-			r.c.ns/plain.ns, r.c.bytes/plain.bytes, r.c.allocs/plain.allocs)
+		fmt.Fprintf(os.Stdout, "%-28s %10.0f %10.0f %10.1f   %.2f×, %.2f×, %.2f×\n", r.name, r.c.NS, r.c.Bytes, r.c.Allocs,
+			r.c.NS/plain.NS, r.c.Bytes/plain.Bytes, r.c.Allocs/plain.Allocs)
 	}
-	b.ReportMetric(remembered.ns/plain.ns, "time-ratio")
-	b.ReportMetric(remembered.bytes/plain.bytes, "bytes-ratio")
+	b.ReportMetric(remembered.NS/plain.NS, "time-ratio")
+	b.ReportMetric(remembered.Bytes/plain.Bytes, "bytes-ratio")
 }
 
-type cost struct{ ns, bytes, allocs float64 }
-
-// measure runs f for at least a second (testing.Benchmark cannot run inside a benchmark) and
-// returns its cost per call.
-func measure(f func()) cost {
-	var before, after runtime.MemStats
+// measure warms f up, then returns its cost per call over at least a second.
+func measure(f func()) benchcost.Cost {
 	for i := 0; i < 1000; i++ {
-		f() // warm up
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	n := 0
-	for ; n < 1000 || time.Since(start) < time.Second; n++ {
 		f()
 	}
-	elapsed := time.Since(start)
-	runtime.ReadMemStats(&after)
-	return cost{ns: float64(elapsed.Nanoseconds()) / float64(n), bytes: float64(after.TotalAlloc-before.TotalAlloc) / float64(n),
-		allocs: float64(after.Mallocs-before.Mallocs) / float64(n)}
+	return benchcost.Measure(1000, time.Second, f)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"runtime"
 	"slices"
 	"sort"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shepherd-dev/shepherd/internal/scm/scmtest"
+	"github.com/shepherd-dev/shepherd/test/benchcost"
 )
 
 // The Poller plans at every wake-up (each registration, hint and call) over every followed item.
@@ -244,34 +244,23 @@ func BenchmarkPollerPlan(b *testing.B) {
 		})
 		for _, r := range []struct {
 			way string
-			res planCost
+			res benchcost.Cost
 		}{{"full sort", ref}, {"Poller", got}} {
-			fmt.Fprintf(os.Stdout, "%8d  %-12s %12.0f %12.0f %10.1f   %.2f×, %.3f×\n", n, r.way, r.res.ns, r.res.bytes, r.res.allocs,
-				r.res.ns/ref.ns, r.res.bytes/max(ref.bytes, 1))
+			fmt.Fprintf(os.Stdout, "%8d  %-12s %12.0f %12.0f %10.1f   %.2f×, %.3f×\n", n, r.way, r.res.NS, r.res.Bytes, r.res.Allocs,
+				r.res.NS/ref.NS, r.res.Bytes/max(ref.Bytes, 1))
 		}
-		b.ReportMetric(got.ns/ref.ns, fmt.Sprintf("time-ratio-%d", n))
+		b.ReportMetric(got.NS/ref.NS, fmt.Sprintf("time-ratio-%d", n))
 	}
 }
 
-type planCost struct{ ns, bytes, allocs float64 }
-
-// measurePlans runs plan for at least half a second (testing.Benchmark cannot run inside a
-// benchmark) and returns its cost per plan; every plan must be one whole batch.
-func measurePlans(b *testing.B, plan func() int) planCost {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	n := 0
-	for ; n < 10 || time.Since(start) < 500*time.Millisecond; n++ {
+// measurePlans runs plan for at least half a second and returns its cost per plan; every plan
+// must be one whole batch.
+func measurePlans(b *testing.B, plan func() int) benchcost.Cost {
+	return benchcost.Measure(10, 500*time.Millisecond, func() {
 		if got := plan(); got != 100 {
 			b.Fatalf("planned %d items, want one batch of 100", got)
 		}
-	}
-	elapsed := time.Since(start)
-	runtime.ReadMemStats(&after)
-	return planCost{ns: float64(elapsed.Nanoseconds()) / float64(n), bytes: float64(after.TotalAlloc-before.TotalAlloc) / float64(n),
-		allocs: float64(after.Mallocs-before.Mallocs) / float64(n)}
+	})
 }
 
 // A registration wakes the Poller's loop only when the new item is due before the loop would
