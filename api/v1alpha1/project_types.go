@@ -91,6 +91,42 @@ type ProjectSpec struct {
 	// model proxy are not counted.
 	// +optional
 	Budget *BudgetSpec `json:"budget,omitempty"`
+
+	// Events says which Kubernetes Events Shepherd records for the Project's sessions and
+	// Worktrees (docs/project.md). By default every one; a Project that fans out thousands of
+	// sessions can leave out the routine ones.
+	// +optional
+	Events *EventsSpec `json:"events,omitempty"`
+}
+
+// EventsSpec quiets routine Kubernetes Events.
+type EventsSpec struct {
+	// Routine says whether the events of routine steps are recorded: Record (the default) or
+	// Omit. Routine are a session's Normal events of priority info (the table in
+	// docs/reactions.md: session.queued, session.spawned, session.working, a clean
+	// session.exited, session.done, pr.created, ci.passing, review.comments_sent, ...) and a
+	// Worktree's phase changes. Warnings, the events that ask a human to act (priority action
+	// or urgent) and every other event are always recorded, and the status says the same
+	// either way; notifications follow spec.notifications, apart from this. A session writes
+	// two routine events on its way to Working: 20,000 API writes in a fan-out of 10,000.
+	// +optional
+	Routine RoutineEvents `json:"routine,omitempty"`
+}
+
+// RoutineEvents says whether routine Kubernetes Events are recorded.
+// +kubebuilder:validation:Enum=Record;Omit
+type RoutineEvents string
+
+const (
+	// RoutineEventsRecord records routine events (the default).
+	RoutineEventsRecord RoutineEvents = "Record"
+	// RoutineEventsOmit leaves routine events out.
+	RoutineEventsOmit RoutineEvents = "Omit"
+)
+
+// OmitsRoutineEvents reports whether the Project leaves routine Kubernetes Events out.
+func (p *Project) OmitsRoutineEvents() bool {
+	return p != nil && p.Spec.Events != nil && p.Spec.Events.Routine == RoutineEventsOmit
 }
 
 // BudgetExhaustedPolicy says what running sessions do when the budget is spent.

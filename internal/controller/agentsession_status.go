@@ -124,6 +124,9 @@ func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope
 			ctrl.LoggerFrom(ctx).Info("Phase changed", "from", orig.Status.Phase, "to", d.Phase, "reason", d.Reason)
 		}
 		for _, e := range d.Events {
+			if s.project.OmitsRoutineEvents() && routineEvent(e) {
+				continue
+			}
 			kind := corev1.EventTypeNormal
 			if e.IsWarning() {
 				kind = corev1.EventTypeWarning
@@ -135,6 +138,10 @@ func (r *AgentSessionReconciler) afterWrite(ctx context.Context, s *sessionScope
 	}
 	return r.runActions(ctx, s)
 }
+
+// routineEvent reports whether a session's event is routine, left out where the Project says
+// spec.events.routine: Omit: a Normal event of priority info. Pure.
+func routineEvent(e lifecycle.Event) bool { return e.Priority == agentsv1alpha1.PriorityInfo }
 
 func metaTime(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }
 

@@ -1246,3 +1246,53 @@ func TestCacheBehind(t *testing.T) {
 		})
 	}
 }
+
+func TestRoutineEvents(t *testing.T) {
+	// Every event of the lifecycle's table: routine exactly when of priority info, and then a
+	// Normal event (a Warning is never left out).
+	for typ, prio := range lifecycle.EventPriorities {
+		e := lifecycle.Event{Type: typ, Priority: prio}
+		if got, want := routineEvent(e), prio == agentsv1alpha1.PriorityInfo; got != want {
+			t.Errorf("%s (%s): routine %v, want %v", typ, prio, got, want)
+		}
+		if routineEvent(e) && e.IsWarning() {
+			t.Errorf("%s: routine and a Warning", typ)
+		}
+	}
+	// A failed exit and a lost pod are stated with a higher priority where they are emitted.
+	for _, p := range []agentsv1alpha1.Priority{agentsv1alpha1.PriorityWarning, agentsv1alpha1.PriorityAction, agentsv1alpha1.PriorityUrgent} {
+		if routineEvent(lifecycle.Event{Type: agentsv1alpha1.EventSessionExited, Priority: p}) {
+			t.Errorf("session.exited at %s is routine", p)
+		}
+	}
+	for _, tc := range []struct {
+		phase agentsv1alpha1.WorktreePhase
+		want  bool
+	}{
+		{agentsv1alpha1.WorktreePending, true},
+		{agentsv1alpha1.WorktreeReady, true},
+		{agentsv1alpha1.WorktreeRemoving, true},
+		{agentsv1alpha1.WorktreeRemoved, true},
+		{agentsv1alpha1.WorktreeFailed, false},
+		{agentsv1alpha1.WorktreeMissing, false},
+	} {
+		if got := routineWorktreePhase(tc.phase); got != tc.want {
+			t.Errorf("Worktree phase %s: routine %v, want %v", tc.phase, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		p    *agentsv1alpha1.Project
+		want bool
+	}{
+		{"no Project", nil, false},
+		{"no spec.events", &agentsv1alpha1.Project{}, false},
+		{"Record", &agentsv1alpha1.Project{Spec: agentsv1alpha1.ProjectSpec{Events: &agentsv1alpha1.EventsSpec{Routine: agentsv1alpha1.RoutineEventsRecord}}}, false},
+		{"unset", &agentsv1alpha1.Project{Spec: agentsv1alpha1.ProjectSpec{Events: &agentsv1alpha1.EventsSpec{}}}, false},
+		{"Omit", &agentsv1alpha1.Project{Spec: agentsv1alpha1.ProjectSpec{Events: &agentsv1alpha1.EventsSpec{Routine: agentsv1alpha1.RoutineEventsOmit}}}, true},
+	} {
+		if got := tc.p.OmitsRoutineEvents(); got != tc.want {
+			t.Errorf("%s: omits %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -104,7 +104,7 @@ func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		}
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, wt.Status.Conditions, wt,
 			agentsv1alpha1.ConditionSetupSucceeded, agentsv1alpha1.ConditionDeletionBlocked)
-		if !routineReady(wt, orig.Status.Phase) {
+		if !routineReady(wt, orig.Status.Phase) && !(s.project.OmitsRoutineEvents() && routineWorktreePhase(wt.Status.Phase)) {
 			emitPhaseEvent(r.Recorder, wt, string(orig.Status.Phase), string(wt.Status.Phase))
 		}
 		if s.checkoutLost && r.Recorder != nil {
@@ -620,6 +620,16 @@ func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("worktree").
 		Complete(r)
+}
+
+// routineWorktreePhase reports whether a change to phase p is routine, its event left out where
+// the Project says spec.events.routine: Omit. Failed and Missing are news. Pure.
+func routineWorktreePhase(p agentsv1alpha1.WorktreePhase) bool {
+	switch p {
+	case agentsv1alpha1.WorktreePending, agentsv1alpha1.WorktreeReady, agentsv1alpha1.WorktreeRemoving, agentsv1alpha1.WorktreeRemoved:
+		return true
+	}
+	return false
 }
 
 // routineReady says a session's own Worktree became Ready for the first time: routine (the

@@ -10,10 +10,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/internal/controller"
+	"github.com/shepherd-dev/shepherd/internal/workspace"
 	. "github.com/shepherd-dev/shepherd/test/builders"
 )
 
@@ -125,7 +128,59 @@ var _ = Describe("Stored writes per session", Serial, func() {
 		Expect(projectWrites).To(BeNumerically("<=", 1.5), "the Project's writes per session")
 		Expect(events).To(BeNumerically("<=", 2), "events per session")
 	})
+
+	It("writes no routine event where the Project omits them, and still says what needs a human", func() {
+		w := newWorld()
+		p := w.project().Obj()
+		p.Spec.Events = &agentsv1alpha1.EventsSpec{Routine: agentsv1alpha1.RoutineEventsOmit}
+		create(p)
+		Eventually(projectConditions(w.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
+		const n = 10
+		agents := make([]*agent, n)
+		for i := range agents {
+			agents[i] = w.agent(fmt.Sprintf("quiet-%02d", i))
+			create(MakeSession(agents[i].name, w.ns, "widgets").Prompt("Count").Obj())
+		}
+		for _, a := range agents {
+			a.start()
+		}
+		for _, a := range agents {
+			a.report(agentsv1alpha1.ActivityActive)
+		}
+		for _, a := range agents {
+			a.expect(agentsv1alpha1.PhaseWorking)
+		}
+		// A Worktree a user applies says Ready as an event where routine events are recorded.
+		create(MakeWorktree("shared", w.ns, "widgets", "feature/shared").Obj())
+		finishPod(waitPod(w.ns, "shared-worktree"), 0, mustJSON(preparedResult("feature/shared", workspace.Facts{}, workspace.SetupResult{})))
+		Eventually(worktreeStatus(w.ns, "shared")).Should(HaveField("Phase", agentsv1alpha1.WorktreeReady))
+		// Events are sent a moment after the status write: give them time to show.
+		Consistently(sessionEvents(w.ns, ""), "3s").Should(BeEmpty(), "no routine event for the sessions or their Worktrees")
+
+		By("a question asks a human: its Warning is recorded")
+		agents[0].report(agentsv1alpha1.ActivityWaitingForInput, question("YAML or TOML?"))
+		agents[0].expect(agentsv1alpha1.PhaseNeedsInput)
+		Eventually(sessionEvents(w.ns, corev1.EventTypeWarning)).Should(HaveLen(1))
+		Expect(sessionEvents(w.ns, "")()).To(HaveLen(1), "nothing routine came with it")
+	})
 })
+
+// sessionEvents lists "Kind/name Reason" of the events in ns about sessions and Worktrees, of
+// type typ (any when empty).
+func sessionEvents(ns, typ string) func() []string {
+	return func() []string {
+		var events corev1.EventList
+		Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		var out []string
+		for _, e := range events.Items {
+			if k := e.InvolvedObject.Kind; k != "AgentSession" && k != "Worktree" || typ != "" && e.Type != typ {
+				continue
+			}
+			out = append(out, e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name+" "+e.Reason)
+		}
+		return out
+	}
+}
 
 var _ = Describe("A session's own writes, before the cache shows them", func() {
 	It("waits while its new Worktree is not read yet, goes on once it is, and not for ever", func() {

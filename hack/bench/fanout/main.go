@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	agentsv1alpha1 "github.com/shepherd-dev/shepherd/api/v1alpha1"
 	"github.com/shepherd-dev/shepherd/test/scenario"
 )
 
@@ -51,6 +52,8 @@ type options struct {
 	localcluster string
 	keepCluster  bool
 	workDir      string
+	// routineEvents is the Project's spec.events.routine (Record or Omit).
+	routineEvents agentsv1alpha1.RoutineEvents
 }
 
 func parseFlags() (options, error) {
@@ -69,7 +72,15 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.localcluster, "localcluster", "go run ./hack/localcluster", "the local cluster tool")
 	flag.BoolVar(&o.keepCluster, "keep-cluster", true, "leave the cluster up at the end (false: tear it down)")
 	flag.StringVar(&o.workDir, "work-dir", filepath.Join(os.TempDir(), "shepherd-bench-fanout"), "manager binary, logs and runner tokens")
+	var routine string
+	flag.StringVar(&routine, "routine-events", "Record", "the Project's spec.events.routine: Record (the default) or Omit (no routine Kubernetes Event for the sessions and their Worktrees)")
 	flag.Parse()
+	switch r := agentsv1alpha1.RoutineEvents(routine); r {
+	case agentsv1alpha1.RoutineEventsRecord, agentsv1alpha1.RoutineEventsOmit:
+		o.routineEvents = r
+	default:
+		return o, fmt.Errorf("--routine-events: %q is neither Record nor Omit", routine)
+	}
 	for _, s := range strings.Split(sessions, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > 20000 {
@@ -150,7 +161,7 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("clients      QPS %g, burst %d for the client creating the pods or the sessions (%d goroutines); the manager QPS %g, burst %d (--kube-api-qps/--kube-api-burst)\n",
 		o.qps, o.burst, o.workers, o.managerQPS, o.managerBurst)
 	fmt.Printf("manager      cmd/manager built from this tree, on this machine, --max-concurrent-reconciles=%d, label-selected caches\n", o.reconciles)
-	fmt.Printf("sessions     Project in Worktree mode on one ReadWriteMany volume, scheduled on the KWOK nodes (spec.scheduling), fake GitHub at %s\n", forge.APIURL())
+	fmt.Printf("sessions     Project in Worktree mode on one ReadWriteMany volume, scheduled on the KWOK nodes (spec.scheduling), fake GitHub at %s, routine events %s\n", forge.APIURL(), o.routineEvents)
 	fmt.Printf("runners      simulated: TokenRequest bound to the pod, GET task, prepare report (workspace facts), Active report\n")
 	fmt.Printf("Go           %s\n", runtime.Version())
 

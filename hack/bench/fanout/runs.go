@@ -386,6 +386,7 @@ func (c *cluster) sessions(ctx context.Context, o options, forge *scenario.FakeG
 			// Working first would turn Idle and Stuck while later ones start, writes no real
 			// fan-out makes (at N=10,000 on 2026-12-06, 5948 sessions went Stuck during the run).
 			Activity: &agentsv1alpha1.ActivitySpec{IdleAfter: &metav1.Duration{Duration: 24 * time.Hour}, StuckAfter: &metav1.Duration{Duration: 48 * time.Hour}},
+			Events:   &agentsv1alpha1.EventsSpec{Routine: o.routineEvents},
 		},
 	}
 	if err := c.cl.Create(ctx, project); err != nil {
