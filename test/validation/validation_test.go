@@ -106,6 +106,14 @@ var _ = Describe("Invalid objects are refused with a message that says what to f
 			obj:  func(ns string) client.Object { return MakeProject("p", ns).Agent("cursor").Obj() },
 			want: `[spec.agent.type: Unsupported value: "cursor": supported values: "claude-code", "codex", "aider", "opencode", "gemini", "custom", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
 		}),
+		Entry("an unknown routine events setting", invalid{
+			obj: func(ns string) client.Object {
+				p := MakeProject("p", ns).Obj()
+				p.Spec.Events = &agentsv1alpha1.EventsSpec{Routine: "Quiet"}
+				return p
+			},
+			want: `[spec.events.routine: Unsupported value: "Quiet": supported values: "Record", "Omit", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]`,
+		}),
 		Entry("a negative session limit", invalid{
 			obj:  func(ns string) client.Object { return MakeProject("p", ns).MaxConcurrent(-1).Obj() },
 			want: `spec.limits.maxConcurrentSessions: Invalid value: -1: spec.limits.maxConcurrentSessions in body should be greater than or equal to 1`,
