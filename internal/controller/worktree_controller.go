@@ -104,7 +104,10 @@ func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		}
 		emitConditionEvents(r.Recorder, orig.Status.Conditions, wt.Status.Conditions, wt,
 			agentsv1alpha1.ConditionSetupSucceeded, agentsv1alpha1.ConditionDeletionBlocked)
-		if !routineReady(wt, orig.Status.Phase) && !(s.project.OmitsRoutineEvents() && routineWorktreePhase(wt.Status.Phase)) {
+		// A session's own Worktree's first Ready is never said; where the Project omits routine
+		// events, no routine phase change is.
+		quiet := routineReady(wt, orig.Status.Phase) || s.project.OmitsRoutineEvents() && routineWorktreePhase(wt.Status.Phase)
+		if !quiet {
 			emitPhaseEvent(r.Recorder, wt, string(orig.Status.Phase), string(wt.Status.Phase))
 		}
 		if s.checkoutLost && r.Recorder != nil {
