@@ -105,10 +105,11 @@ type EventsSpec struct {
 	// Omit. Routine are a session's Normal events of priority info (the table in
 	// docs/reactions.md: session.queued, session.spawned, session.working, a clean
 	// session.exited, session.done, pr.created, ci.passing, review.comments_sent, ...) and a
-	// Worktree's phase changes. Warnings, the events that ask a human to act (priority action
-	// or urgent) and every other event are always recorded, and the status says the same
-	// either way; notifications follow spec.notifications, apart from this. A session writes
-	// two routine events on its way to Working: 20,000 API writes in a fan-out of 10,000.
+	// Worktree's phase changes but for those to or from Failed and Missing. Warnings, the
+	// events that ask a human to act (priority action or urgent) and every other event are
+	// always recorded, and the status says the same either way; notifications follow
+	// spec.notifications, apart from this. A session writes two routine events on its way to
+	// Working: 20,000 API writes in a fan-out of 10,000.
 	// +optional
 	Routine RoutineEvents `json:"routine,omitempty"`
 }

@@ -1266,18 +1266,20 @@ func TestRoutineEvents(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		phase agentsv1alpha1.WorktreePhase
-		want  bool
+		before, after agentsv1alpha1.WorktreePhase
+		want          bool
 	}{
-		{agentsv1alpha1.WorktreePending, true},
-		{agentsv1alpha1.WorktreeReady, true},
-		{agentsv1alpha1.WorktreeRemoving, true},
-		{agentsv1alpha1.WorktreeRemoved, true},
-		{agentsv1alpha1.WorktreeFailed, false},
-		{agentsv1alpha1.WorktreeMissing, false},
+		{"", agentsv1alpha1.WorktreePending, true},
+		{agentsv1alpha1.WorktreePending, agentsv1alpha1.WorktreeReady, true},
+		{agentsv1alpha1.WorktreeReady, agentsv1alpha1.WorktreeRemoving, true},
+		{agentsv1alpha1.WorktreeRemoving, agentsv1alpha1.WorktreeRemoved, true},
+		{agentsv1alpha1.WorktreePending, agentsv1alpha1.WorktreeFailed, false},
+		{agentsv1alpha1.WorktreeReady, agentsv1alpha1.WorktreeMissing, false},
+		{agentsv1alpha1.WorktreeMissing, agentsv1alpha1.WorktreeReady, false},
+		{agentsv1alpha1.WorktreeFailed, agentsv1alpha1.WorktreePending, false},
 	} {
-		if got := routineWorktreePhase(tc.phase); got != tc.want {
-			t.Errorf("Worktree phase %s: routine %v, want %v", tc.phase, got, tc.want)
+		if got := routineWorktreePhase(tc.before, tc.after); got != tc.want {
+			t.Errorf("Worktree phase %q → %s: routine %v, want %v", tc.before, tc.after, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {

@@ -106,7 +106,7 @@ func (r *WorktreeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 			agentsv1alpha1.ConditionSetupSucceeded, agentsv1alpha1.ConditionDeletionBlocked)
 		// A session's own Worktree's first Ready is never said; where the Project omits routine
 		// events, no routine phase change is.
-		quiet := routineReady(wt, orig.Status.Phase) || s.project.OmitsRoutineEvents() && routineWorktreePhase(wt.Status.Phase)
+		quiet := routineReady(wt, orig.Status.Phase) || s.project.OmitsRoutineEvents() && routineWorktreePhase(orig.Status.Phase, wt.Status.Phase)
 		if !quiet {
 			emitPhaseEvent(r.Recorder, wt, string(orig.Status.Phase), string(wt.Status.Phase))
 		}
@@ -625,14 +625,14 @@ func (r *WorktreeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// routineWorktreePhase reports whether a change to phase p is routine, its event left out where
-// the Project says spec.events.routine: Omit. Failed and Missing are news. Pure.
-func routineWorktreePhase(p agentsv1alpha1.WorktreePhase) bool {
-	switch p {
-	case agentsv1alpha1.WorktreePending, agentsv1alpha1.WorktreeReady, agentsv1alpha1.WorktreeRemoving, agentsv1alpha1.WorktreeRemoved:
-		return true
+// routineWorktreePhase reports whether a change of phase from before to after is routine, its
+// event left out where the Project says spec.events.routine: Omit. Failed and Missing are news,
+// and so is the way out of them (the pair tells what happened). Pure.
+func routineWorktreePhase(before, after agentsv1alpha1.WorktreePhase) bool {
+	news := func(p agentsv1alpha1.WorktreePhase) bool {
+		return p == agentsv1alpha1.WorktreeFailed || p == agentsv1alpha1.WorktreeMissing
 	}
-	return false
+	return !news(before) && !news(after)
 }
 
 // routineReady says a session's own Worktree became Ready for the first time: routine (the
