@@ -72,21 +72,7 @@ var _ = Describe("Stored writes per session", Serial, func() {
 		Eventually(projectConditions(w.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
 		const n = 10
 		before, refusedBefore := apiWrites(), apiWritesWith("409")
-		// A small fan-out: the sessions created together, their pods started, their agents at work.
-		agents := make([]*agent, n)
-		for i := range agents {
-			agents[i] = w.agent(fmt.Sprintf("count-%02d", i))
-			create(MakeSession(agents[i].name, w.ns, "widgets").Prompt("Count").Obj())
-		}
-		for _, a := range agents {
-			a.start()
-		}
-		for _, a := range agents {
-			a.report(agentsv1alpha1.ActivityActive)
-		}
-		for _, a := range agents {
-			a.expect(agentsv1alpha1.PhaseWorking)
-		}
+		fanOutToWorking(w, "count", n)
 		after, refusedAfter := apiWrites(), apiWritesWith("409")
 		podsRefused := (refusedAfter["pods"] - refusedBefore["pods"]) / n
 		GinkgoWriter.Printf("pod creates refused (already there) per session: %.1f\n", podsRefused)
@@ -135,21 +121,7 @@ var _ = Describe("Stored writes per session", Serial, func() {
 		p.Spec.Events = &agentsv1alpha1.EventsSpec{Routine: agentsv1alpha1.RoutineEventsOmit}
 		create(p)
 		Eventually(projectConditions(w.ns, "widgets")).Should(HaveCondition(agentsv1alpha1.ConditionReady, metav1.ConditionTrue))
-		const n = 10
-		agents := make([]*agent, n)
-		for i := range agents {
-			agents[i] = w.agent(fmt.Sprintf("quiet-%02d", i))
-			create(MakeSession(agents[i].name, w.ns, "widgets").Prompt("Count").Obj())
-		}
-		for _, a := range agents {
-			a.start()
-		}
-		for _, a := range agents {
-			a.report(agentsv1alpha1.ActivityActive)
-		}
-		for _, a := range agents {
-			a.expect(agentsv1alpha1.PhaseWorking)
-		}
+		agents := fanOutToWorking(w, "quiet", 10)
 		// A Worktree a user applies says Ready as an event where routine events are recorded.
 		create(MakeWorktree("shared", w.ns, "widgets", "feature/shared").Obj())
 		finishPod(waitPod(w.ns, "shared-worktree"), 0, mustJSON(preparedResult("feature/shared", workspace.Facts{}, workspace.SetupResult{})))
@@ -164,6 +136,27 @@ var _ = Describe("Stored writes per session", Serial, func() {
 		Expect(sessionEvents(w.ns, "")()).To(HaveLen(1), "nothing routine came with it")
 	})
 })
+
+// fanOutToWorking is a small fan-out: n sessions of the world's Project created together, their
+// pods started, their agents at work.
+func fanOutToWorking(w *world, prefix string, n int) []*agent {
+	GinkgoHelper()
+	agents := make([]*agent, n)
+	for i := range agents {
+		agents[i] = w.agent(fmt.Sprintf("%s-%02d", prefix, i))
+		create(MakeSession(agents[i].name, w.ns, "widgets").Prompt("Count").Obj())
+	}
+	for _, a := range agents {
+		a.start()
+	}
+	for _, a := range agents {
+		a.report(agentsv1alpha1.ActivityActive)
+	}
+	for _, a := range agents {
+		a.expect(agentsv1alpha1.PhaseWorking)
+	}
+	return agents
+}
 
 // sessionEvents lists "Kind/name Reason" of the events in ns about sessions and Worktrees, of
 // type typ (any when empty).
